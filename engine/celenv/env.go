@@ -1,0 +1,321 @@
+// Package celenv builds the CEL environment Arbiter compiles policies in: the
+// Kubernetes environment (every library of k8s.io/apiserver/pkg/cel, in its
+// "stored expressions" form, with the API server's per-call cost limit), the
+// cel-go extensions and orValue compatibility Kyverno adds, the variables
+// object, oldObject, request, namespaceObject, variables and exceptions, and
+// Kyverno's function libraries.
+//
+// The environment is built once per process (Default); each policy gets a
+// cheap extension of it whose `variables` object is typed by the policy's own
+// variables, as Kyverno types them.
+package celenv
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
+	"k8s.io/apimachinery/pkg/util/version"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/apiserver/pkg/cel/library"
+
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
+)
+
+// Names of the CEL variables.
+const (
+	ObjectVar          = "object"
+	OldObjectVar       = "oldObject"
+	RequestVar         = "request"
+	NamespaceObjectVar = "namespaceObject"
+	VariablesVar       = "variables"
+	ExceptionsVar      = "exceptions"
+	ParamsVar          = "params"
+)
+
+// Exception is the value of the `exceptions` variable: what matching
+// image- and value-based PolicyExceptions allow.
+type Exception struct {
+	AllowedImages []string `cel:"allowedImages"`
+	AllowedValues []string `cel:"allowedValues"`
+}
+
+// VariablesTypeName is the CEL type name of the `variables` object.
+const VariablesTypeName = "kyverno.variables"
+
+var (
+	// RequestType is the declared type of `request`: the Kubernetes
+	// AdmissionRequest type, with object and oldObject as dyn (as Kyverno).
+	RequestType = buildRequestType()
+	// NamespaceType is the declared type of `namespaceObject`.
+	NamespaceType = plugincel.BuildNamespaceType()
+	// VariablesType is the declared type of `variables`.
+	VariablesType = types.NewObjectType(VariablesTypeName)
+)
+
+func buildRequestType() *apiservercel.DeclType {
+	t := plugincel.BuildRequestType()
+	t.Fields[ObjectVar] = apiservercel.NewDeclField(ObjectVar, apiservercel.DynType, false, nil, nil)
+	t.Fields[OldObjectVar] = apiservercel.NewDeclField(OldObjectVar, apiservercel.DynType, false, nil, nil)
+	return t
+}
+
+// Env holds the process-wide base environments: for cluster-scoped and
+// namespaced policies, each with and without the policy-only variables
+// (`variables`, `exceptions`).
+type Env struct {
+	cluster, namespaced                   *cel.Env
+	clusterException, namespacedException *cel.Env
+}
+
+var (
+	defaultOnce sync.Once
+	defaultEnv  *Env
+	defaultErr  error
+)
+
+// Default returns the process-wide environment, building it on first use.
+func Default() (*Env, error) {
+	defaultOnce.Do(func() { defaultEnv, defaultErr = New() })
+	return defaultEnv, defaultErr
+}
+
+// New builds the base environments. It is expensive (tens of milliseconds);
+// use Default.
+func New() (*Env, error) {
+	var e Env
+	for _, c := range []struct {
+		dst                  **cel.Env
+		namespaced, forPolicy bool
+	}{
+		{&e.cluster, false, true},
+		{&e.namespaced, true, true},
+		{&e.clusterException, false, false},
+		{&e.namespacedException, true, false},
+	} {
+		env, err := newBase(c.namespaced, c.forPolicy)
+		if err != nil {
+			return nil, err
+		}
+		*c.dst = env
+	}
+	return &e, nil
+}
+
+// compilerVersion is the environment version Kyverno compiles ValidatingPolicies with.
+var compilerVersion = version.MajorMinor(1, 0)
+
+func newBase(namespaced, forPolicy bool) (*cel.Env, error) {
+	base := environment.MustBaseEnvSet(compilerVersion)
+	stored, err := base.Env(environment.StoredExpressions)
+	if err != nil {
+		return nil, err
+	}
+	declProvider := apiservercel.NewDeclTypeProvider(NamespaceType, RequestType)
+	declOptions, err := declProvider.EnvOptions(stored.CELTypeProvider())
+	if err != nil {
+		return nil, err
+	}
+	opts := append(CompatOptions(),
+		cel.Variable(NamespaceObjectVar, NamespaceType.CelType()),
+		cel.Variable(ObjectVar, cel.DynType),
+		cel.Variable(OldObjectVar, cel.DynType),
+		cel.Variable(RequestVar, RequestType.CelType()),
+		cel.Types(NamespaceType.CelType()),
+		cel.Types(RequestType.CelType()),
+	)
+	if forPolicy {
+		opts = append(opts, cel.Variable(VariablesVar, VariablesType))
+	}
+	opts = append(opts, declOptions...)
+	// Native types are registered after the declaration provider, which
+	// they wrap.
+	libs := []cel.EnvOption{
+		ext.NativeTypes(reflect.TypeFor[Exception](), ext.ParseStructTags(true)),
+	}
+	if forPolicy {
+		libs = append(libs, cel.Variable(ExceptionsVar, types.NewObjectType("celenv.Exception")))
+	}
+	libs = append(libs, kyvernocel.Libraries(kyvernocel.Options{Namespaced: namespaced})...)
+	extended, err := base.Extend(
+		environment.VersionedOptions{IntroducedVersion: compilerVersion, EnvOptions: opts},
+		environment.VersionedOptions{IntroducedVersion: compilerVersion, EnvOptions: libs},
+	)
+	if err != nil {
+		return nil, err
+	}
+	return extended.Env(environment.StoredExpressions)
+}
+
+// CompatOptions are the cel-go extensions Kyverno adds to the Kubernetes
+// environment, and its orValue compatibility: `x.orValue(y)` on a value that
+// is not optional returns x (cel-go ≤ 0.27 behaviour), and on an error returns y.
+func CompatOptions() []cel.EnvOption {
+	return []cel.EnvOption{
+		cel.HomogeneousAggregateLiterals(),
+		cel.EagerlyValidateDeclarations(true),
+		cel.DefaultUTCTimeZone(true),
+		cel.CrossTypeNumericComparisons(true),
+		cel.OptionalTypes(),
+		ext.Bindings(),
+		ext.Encoders(),
+		ext.Lists(ext.ListsVersion(3)),
+		ext.Math(),
+		ext.Protos(),
+		ext.Sets(),
+		ext.Strings(ext.StringsVersion(2)),
+		ext.Regex(ext.RegexVersion(1)),
+		library.CIDR(),
+		library.Format(),
+		library.IP(),
+		library.Lists(),
+		library.Regex(),
+		library.URLs(),
+		library.Quantity(),
+		library.SemverLib(library.SemverVersion(1)),
+		cel.Macros(cel.ReceiverMacro("orValue", 1, orValueMacro)),
+		cel.Function(orValueFunc,
+			cel.Overload(orValueFunc+"_dyn_dyn",
+				[]*cel.Type{cel.DynType, cel.DynType},
+				cel.DynType,
+				cel.BinaryBinding(orValueCompat),
+			),
+		),
+	}
+}
+
+const orValueFunc = "__orValueCompat__"
+
+func orValueMacro(eh cel.MacroExprFactory, target celast.Expr, args []celast.Expr) (celast.Expr, *cel.Error) {
+	return eh.NewCall(orValueFunc, target, args[0]), nil
+}
+
+func orValueCompat(lhs, rhs ref.Val) ref.Val {
+	switch v := lhs.(type) {
+	case *types.Optional:
+		if v.HasValue() {
+			return v.GetValue()
+		}
+		return rhs
+	case *types.Err:
+		return rhs
+	default:
+		return lhs
+	}
+}
+
+// Base returns the base environment for cluster-scoped (namespaced=false) or
+// namespaced policies.
+func (e *Env) Base(namespaced bool) *cel.Env {
+	if namespaced {
+		return e.namespaced
+	}
+	return e.cluster
+}
+
+// Exception returns the environment of PolicyException matchConditions and
+// compensating controls: the base environment without `variables` and
+// `exceptions`, which an exception, written apart from its policies, cannot see.
+func (e *Env) Exception(namespaced bool) *cel.Env {
+	if namespaced {
+		return e.namespacedException
+	}
+	return e.clusterException
+}
+
+// PolicyEnv is the environment of one policy: the base environment whose
+// `variables` object has a field for each variable declared so far.
+type PolicyEnv struct {
+	*cel.Env
+	vars *variablesProvider
+}
+
+// ForPolicy returns a fresh policy environment.
+func (e *Env) ForPolicy(namespaced bool) (*PolicyEnv, error) {
+	base := e.Base(namespaced)
+	vp := &variablesProvider{
+		inner:   base.CELTypeProvider(),
+		adapter: base.CELTypeAdapter(),
+		fields:  map[string]*types.Type{},
+	}
+	env, err := base.Extend(cel.CustomTypeProvider(vp), cel.CustomTypeAdapter(vp))
+	if err != nil {
+		return nil, fmt.Errorf("extending CEL environment: %w", err)
+	}
+	return &PolicyEnv{Env: env, vars: vp}, nil
+}
+
+// DeclareVariable adds a field to the `variables` object. Expressions
+// compiled afterwards may use it; earlier ones may not, as in Kyverno.
+func (p *PolicyEnv) DeclareVariable(name string, t *types.Type) {
+	p.vars.register(name, t)
+}
+
+// variablesProvider resolves the fields of the `variables` object and
+// delegates everything else to the base environment's provider.
+type variablesProvider struct {
+	inner   types.Provider
+	adapter types.Adapter
+	mu      sync.RWMutex
+	fields  map[string]*types.Type
+	names   []string
+}
+
+var variablesTypeType = types.NewTypeTypeWithParam(VariablesType)
+
+func (p *variablesProvider) register(name string, t *types.Type) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.fields[name]; !ok {
+		p.names = append(p.names, name)
+	}
+	p.fields[name] = t
+}
+
+func (p *variablesProvider) EnumValue(enumName string) ref.Val { return p.inner.EnumValue(enumName) }
+
+func (p *variablesProvider) FindIdent(identName string) (ref.Val, bool) {
+	return p.inner.FindIdent(identName)
+}
+
+func (p *variablesProvider) FindStructType(structType string) (*types.Type, bool) {
+	if structType == VariablesTypeName {
+		return variablesTypeType, true
+	}
+	return p.inner.FindStructType(structType)
+}
+
+func (p *variablesProvider) FindStructFieldNames(structType string) ([]string, bool) {
+	if structType == VariablesTypeName {
+		p.mu.RLock()
+		defer p.mu.RUnlock()
+		return append([]string(nil), p.names...), true
+	}
+	return p.inner.FindStructFieldNames(structType)
+}
+
+func (p *variablesProvider) FindStructFieldType(structType, fieldName string) (*types.FieldType, bool) {
+	if structType == VariablesTypeName {
+		p.mu.RLock()
+		t, ok := p.fields[fieldName]
+		p.mu.RUnlock()
+		if ok {
+			return &types.FieldType{Type: t}, true
+		}
+		return nil, false
+	}
+	return p.inner.FindStructFieldType(structType, fieldName)
+}
+
+func (p *variablesProvider) NewValue(structType string, fields map[string]ref.Val) ref.Val {
+	return p.inner.NewValue(structType, fields)
+}
+
+func (p *variablesProvider) NativeToValue(value any) ref.Val { return p.adapter.NativeToValue(value) }

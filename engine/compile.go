@@ -1,0 +1,332 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sort"
+	"sync"
+
+	"github.com/arbiter-pdp/arbiter/engine/celenv"
+)
+
+// Compiler compiles objects into policy sets. It remembers what it compiled
+// (by object identity and version), so compiling a set that differs from the
+// previous one by a few objects recompiles only those. It is safe for
+// concurrent use.
+type Compiler struct {
+	env *celenv.Env
+
+	mu         sync.Mutex
+	policies   map[string]cachedPolicy
+	exceptions map[string]cachedException
+}
+
+type cachedPolicy struct {
+	version string
+	policy  *Policy
+}
+
+type cachedException struct {
+	version   string
+	exception *Exception
+}
+
+// NewCompiler returns a compiler on the process-wide CEL environment.
+func NewCompiler() (*Compiler, error) {
+	env, err := celenv.Default()
+	if err != nil {
+		return nil, err
+	}
+	return &Compiler{
+		env:        env,
+		policies:   map[string]cachedPolicy{},
+		exceptions: map[string]cachedException{},
+	}, nil
+}
+
+// Options tune a compilation.
+type Options struct {
+	// KeepOrder keeps policies and exceptions in the order given (as the
+	// Kyverno CLI does with files); by default they are sorted by kind,
+	// namespace and name, so a set's results are in a fixed order.
+	KeepOrder bool
+}
+
+// Compile builds an immutable PolicySet from objects: policies, exceptions
+// and the objects they refer to (Namespaces). Objects of other classes are
+// ignored. Every object that cannot be loaded is reported (LoadErrors) and
+// no set is returned.
+func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
+	ps := &PolicySet{namespaces: map[string]map[string]any{}}
+	var errs LoadErrors
+	seen := map[string]bool{}
+	var pols []*Policy
+	var excs []*Exception
+	for _, o := range objs {
+		class := Classify(o)
+		switch class {
+		case ClassPolicy, ClassException:
+			id := identity(o)
+			if seen[id] {
+				errs = append(errs, loadErr(o, "metadata.name", "duplicate %s", o.Ref()))
+				continue
+			}
+			seen[id] = true
+			version := o.Version
+			if version == "" {
+				sum := sha256.Sum256(canonicalJSON(o.Content))
+				version = hex.EncodeToString(sum[:])
+			}
+			if class == ClassPolicy {
+				p, err := c.policy(id, version, o)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				pols = append(pols, p)
+			} else {
+				e, err := c.exception(id, version, o)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				excs = append(excs, e)
+			}
+		case ClassNamespace:
+			if o.Name != "" {
+				ps.namespaces[o.Name] = o.Content
+			}
+		case ClassUnsupported:
+			errs = append(errs, loadErr(o, "kind", "unsupported kind %s (apiVersion %s)", o.Kind, o.APIVersion))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	if !opts.KeepOrder {
+		sort.SliceStable(pols, func(i, j int) bool {
+			a, b := pols[i], pols[j]
+			if a.Kind != b.Kind {
+				return a.Kind > b.Kind // ValidatingPolicy before NamespacedValidatingPolicy
+			}
+			if a.Namespace != b.Namespace {
+				return a.Namespace < b.Namespace
+			}
+			return a.Name < b.Name
+		})
+		sort.SliceStable(excs, func(i, j int) bool {
+			if excs[i].Namespace != excs[j].Namespace {
+				return excs[i].Namespace < excs[j].Namespace
+			}
+			return excs[i].Name < excs[j].Name
+		})
+	}
+	ps.exceptions = excs
+	for _, p := range pols {
+		e := &entry{policy: p}
+		for _, ex := range excs {
+			if ex.References(p.Kind, p.Name) {
+				e.exceptions = append(e.exceptions, ex)
+			}
+		}
+		ps.entries = append(ps.entries, e)
+	}
+	ps.index()
+	return ps, nil
+}
+
+// Compile is a convenience for a one-off compilation with a fresh compiler.
+func Compile(objs []*Object, opts Options) (*PolicySet, error) {
+	c, err := NewCompiler()
+	if err != nil {
+		return nil, err
+	}
+	return c.Compile(objs, opts)
+}
+
+func identity(o *Object) string {
+	return o.Group() + "/" + o.Kind + "/" + o.Namespace + "/" + o.Name
+}
+
+func (c *Compiler) policy(id, version string, o *Object) (*Policy, *LoadError) {
+	c.mu.Lock()
+	cached, ok := c.policies[id]
+	c.mu.Unlock()
+	if ok && cached.version == version {
+		return cached.policy, nil
+	}
+	p, err := compilePolicy(c.env, o)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.policies[id] = cachedPolicy{version: version, policy: p}
+	c.mu.Unlock()
+	return p, nil
+}
+
+func (c *Compiler) exception(id, version string, o *Object) (*Exception, *LoadError) {
+	c.mu.Lock()
+	cached, ok := c.exceptions[id]
+	c.mu.Unlock()
+	if ok && cached.version == version {
+		return cached.exception, nil
+	}
+	e, err := compileException(c.env, o)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.exceptions[id] = cachedException{version: version, exception: e}
+	c.mu.Unlock()
+	return e, nil
+}
+
+// Forget drops cached compilations of objects not in keep (identities as
+// returned by ObjectID), bounding the cache to the live set.
+func (c *Compiler) Forget(keep map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.policies {
+		if !keep[id] {
+			delete(c.policies, id)
+		}
+	}
+	for id := range c.exceptions {
+		if !keep[id] {
+			delete(c.exceptions, id)
+		}
+	}
+}
+
+// ObjectID returns the identity the compiler caches an object under.
+func ObjectID(o *Object) string { return identity(o) }
+
+// PolicySet is an immutable, compiled set of policies with their exceptions
+// and the Namespaces they may consult. It is safe for concurrent use.
+type PolicySet struct {
+	entries    []*entry
+	exceptions []*Exception
+	namespaces map[string]map[string]any
+	// byResource indexes entries by the resources their variants may match.
+	byResource map[string][]*entry
+	wildcard   []*entry
+	// shared holds the canonical forms of request-pure expressions that
+	// occur in more than one place, whose results a request memoizes.
+	shared map[string]bool
+}
+
+type entry struct {
+	policy     *Policy
+	exceptions []*Exception
+}
+
+// Policies returns the compiled policies, in evaluation order.
+func (ps *PolicySet) Policies() []*Policy {
+	out := make([]*Policy, len(ps.entries))
+	for i, e := range ps.entries {
+		out[i] = e.policy
+	}
+	return out
+}
+
+// Exceptions returns the compiled exceptions, in order.
+func (ps *PolicySet) Exceptions() []*Exception { return ps.exceptions }
+
+// ExceptionsFor returns the exceptions bound to a policy.
+func (ps *PolicySet) ExceptionsFor(p *Policy) []*Exception {
+	for _, e := range ps.entries {
+		if e.policy == p {
+			return e.exceptions
+		}
+	}
+	return nil
+}
+
+// Namespace returns the Namespace object named name, if the set has it.
+func (ps *PolicySet) Namespace(name string) (map[string]any, bool) {
+	ns, ok := ps.namespaces[name]
+	return ns, ok
+}
+
+// index builds the resource index: an entry is listed under every resource
+// name its variants' rules name, or in wildcard when a rule says "*" or the
+// policy is in JSON mode.
+func (ps *PolicySet) index() {
+	counts := map[string]int{}
+	for _, e := range ps.entries {
+		for _, v := range e.policy.variants {
+			for _, vr := range v.variables {
+				if vr.prog.memoKey != "" {
+					counts[vr.prog.memoKey]++
+				}
+			}
+		}
+	}
+	ps.shared = map[string]bool{}
+	for k, n := range counts {
+		if n > 1 {
+			ps.shared[k] = true
+		}
+	}
+	ps.byResource = map[string][]*entry{}
+	for _, e := range ps.entries {
+		names := map[string]bool{}
+		wild := e.policy.jsonMode
+		for _, v := range e.policy.variants {
+			if v.match == nil {
+				wild = true
+				continue
+			}
+			if len(v.match.rules) == 0 {
+				wild = true
+			}
+			for _, r := range v.match.rules {
+				for _, res := range r.resources {
+					if res[0] == "*" {
+						wild = true
+					} else {
+						names[res[0]] = true
+					}
+				}
+			}
+		}
+		if wild {
+			ps.wildcard = append(ps.wildcard, e)
+			continue
+		}
+		for n := range names {
+			ps.byResource[n] = append(ps.byResource[n], e)
+		}
+	}
+	if len(ps.wildcard) == 0 {
+		return
+	}
+	// Every per-resource list also holds the wildcard entries, in the global order.
+	wild := map[*entry]bool{}
+	for _, e := range ps.wildcard {
+		wild[e] = true
+	}
+	for n, l := range ps.byResource {
+		in := map[*entry]bool{}
+		for _, e := range l {
+			in[e] = true
+		}
+		merged := make([]*entry, 0, len(l)+len(ps.wildcard))
+		for _, e := range ps.entries {
+			if in[e] || wild[e] {
+				merged = append(merged, e)
+			}
+		}
+		ps.byResource[n] = merged
+	}
+}
+
+// candidates returns, in evaluation order, the entries that may match a
+// request on resource.
+func (ps *PolicySet) candidates(resource string) []*entry {
+	if l, ok := ps.byResource[resource]; ok {
+		return l
+	}
+	return ps.wildcard
+}

@@ -1,0 +1,704 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	"github.com/google/cel-go/interpreter"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+
+	"github.com/arbiter-pdp/arbiter/engine/celenv"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
+)
+
+// Result words, as in wgpolicyk8s.io PolicyReports.
+const (
+	ResultPass  = "pass"
+	ResultFail  = "fail"
+	ResultWarn  = "warn"
+	ResultError = "error"
+	ResultSkip  = "skip"
+)
+
+// Sources of results, as Kyverno names them in PolicyReports.
+const SourceValidatingPolicy = "KyvernoValidatingPolicy"
+
+// Report property names.
+const (
+	PropProcess         = "process"
+	PropExceptions      = "exceptions"
+	PropValidationIndex = "cel.validationIndex"
+)
+
+// Result is one policy's verdict on a request.
+type Result struct {
+	// Policy is the report name: name, or namespace/name for namespaced policies.
+	Policy          string
+	PolicyName      string
+	PolicyNamespace string
+	PolicyKind      string
+	// Rule is "" for a plain result, or "exception", "evaluation", "match".
+	Rule    string
+	Result  string
+	Message string
+	// Properties are the PolicyReport properties.
+	Properties map[string]string
+	// Exceptions are namespace/name of the exceptions that decided the
+	// result (granted ones for an exemption, the refused one whose control
+	// message is shown).
+	Exceptions []string
+	Actions    []string
+	Source     string
+	Scored     bool
+	Category   string
+	Severity   string
+	// MatchConditionsSkip marks a skip because the policy's matchConditions
+	// were false (background reports leave those out).
+	MatchConditionsSkip bool
+
+	policy *Policy
+	// status is the engine's outcome (a fail of an unscored policy is
+	// reported as warn but still acted on as a fail).
+	status string
+}
+
+// Decision is the outcome of a request.
+type Decision struct {
+	Allowed bool
+	// Results holds one result per matched policy, in evaluation order.
+	Results  []Result
+	Warnings []string
+	// AuditAnnotations are the audit annotations to record.
+	AuditAnnotations map[string]string
+	// Denials are the reasons the request is denied.
+	Denials []string
+	// Message is the denial message (Denials joined as Kyverno does).
+	Message string
+}
+
+// Evaluate decides a request. It never fails: problems evaluating a policy
+// become `error` results. The caller must not modify the request's objects
+// while Evaluate runs.
+func (ps *PolicySet) Evaluate(ctx context.Context, req *Request) *Decision {
+	rq := newEvalRequest(ctx, ps, req)
+	d := &Decision{Allowed: true}
+	for _, e := range ps.candidates(req.Resource.Resource) {
+		p := e.policy
+		switch req.Mode {
+		case ModeAdmission:
+			if !p.Spec.AdmissionEnabled() || p.Namespaced() && req.Namespace != p.Namespace {
+				continue
+			}
+		case ModeBackground:
+			if !p.Spec.BackgroundEnabled() || p.Namespaced() && req.Namespace != p.Namespace {
+				continue
+			}
+		}
+		r, ok := rq.evalPolicy(e)
+		if !ok {
+			continue
+		}
+		if req.Mode == ModeBackground && r.MatchConditionsSkip {
+			continue
+		}
+		d.Results = append(d.Results, r)
+	}
+	d.applyActions()
+	return d
+}
+
+func (d *Decision) applyActions() {
+	for i := range d.Results {
+		r := &d.Results[i]
+		p := r.policy
+		if r.status != ResultFail && r.status != ResultError {
+			continue
+		}
+		verb := "failed"
+		if r.status == ResultError {
+			verb = "error"
+		}
+		text := fmt.Sprintf("Policy %s %s: %s", p.Name, verb, r.Message)
+		if p.deny {
+			d.Denials = append(d.Denials, text)
+		}
+		if p.warn {
+			d.Warnings = append(d.Warnings, text)
+		}
+	}
+	if len(d.Denials) > 0 {
+		d.Allowed = false
+		d.Message = strings.Join(d.Denials, "; ")
+	}
+}
+
+// evalRequest holds what is shared by every policy evaluated for a request.
+type evalRequest struct {
+	ctx             context.Context
+	req             *Request
+	now             time.Time
+	object          ref.Val
+	oldObject       ref.Val
+	request         ref.Val
+	namespaceObject map[string]any
+	namespaceVal    ref.Val
+	libCtx          kyvernocel.Context
+	shared          map[string]bool
+	// memo holds results of request-pure expressions, by canonical form.
+	memo map[string]ref.Val
+}
+
+func newEvalRequest(ctx context.Context, ps *PolicySet, req *Request) *evalRequest {
+	rq := &evalRequest{ctx: ctx, req: req, now: req.Now}
+	if rq.now.IsZero() {
+		rq.now = time.Now()
+	}
+	rq.object = toVal(req.Object)
+	rq.oldObject = toVal(req.OldObject)
+	rq.request = types.DefaultTypeAdapter.NativeToValue(req.requestValue())
+	ns := req.NamespaceObject
+	if ns == nil && req.Namespace != "" {
+		ns = ps.namespaces[req.Namespace]
+	}
+	rq.namespaceObject = ns
+	if ns != nil && req.Namespace != "" && !(req.Resource.Resource == "namespaces" && req.Resource.Group == "") {
+		rq.namespaceVal = types.DefaultTypeAdapter.NativeToValue(ns)
+	} else {
+		rq.namespaceVal = types.NullValue
+	}
+	rq.libCtx = req.Context
+	if rq.libCtx == nil {
+		rq.libCtx = kyvernocel.Offline
+	}
+	rq.shared = ps.shared
+	return rq
+}
+
+func toVal(m map[string]any) ref.Val {
+	if m == nil {
+		return types.NullValue
+	}
+	return types.DefaultTypeAdapter.NativeToValue(m)
+}
+
+// evalPolicy evaluates one policy; ok is false when it does not apply.
+func (rq *evalRequest) evalPolicy(e *entry) (Result, bool) {
+	p := e.policy
+	if p.jsonMode {
+		return rq.evalVariant(e, p.variants[0]), true
+	}
+	for _, v := range p.variants {
+		ok, err := v.match.matches(rq)
+		if err != nil {
+			return rq.result(p, "match", ResultError, "failed to execute matching: "+err.Error(), nil), true
+		}
+		if ok {
+			return rq.evalVariant(e, v), true
+		}
+	}
+	return Result{}, false
+}
+
+func (rq *evalRequest) result(p *Policy, rule, result, message string, props map[string]string) Result {
+	r := Result{
+		Policy:          p.Key(),
+		PolicyName:      p.Name,
+		PolicyNamespace: p.Namespace,
+		PolicyKind:      p.Kind,
+		Rule:            rule,
+		Result:          result,
+		Message:         message,
+		Properties:      props,
+		Source:          SourceValidatingPolicy,
+		Scored:          p.scored,
+		Category:        p.category,
+		Severity:        p.severity,
+		policy:          p,
+		status:          result,
+	}
+	for _, a := range p.Actions {
+		r.Actions = append(r.Actions, string(a))
+	}
+	if r.Properties == nil {
+		r.Properties = map[string]string{}
+	}
+	r.Properties[PropProcess] = rq.process(p)
+	if result == ResultFail && !p.scored {
+		r.Result = ResultWarn
+	}
+	return r
+}
+
+func (rq *evalRequest) process(p *Policy) string {
+	switch rq.req.Mode {
+	case ModeAdmission:
+		return "admission review"
+	case ModeBackground:
+		return "background scan"
+	}
+	if p.Spec.BackgroundEnabled() {
+		return "background scan"
+	}
+	return "admission review"
+}
+
+// refusal is a matched exception whose compensating controls refused it.
+type refusal struct {
+	exception *Exception
+	message   string
+	err       error
+}
+
+// evalVariant evaluates a matched policy variant: exceptions (with their
+// compensating controls), matchConditions, validations, audit annotations.
+func (rq *evalRequest) evalVariant(e *entry, v *variant) Result {
+	p := v.policy
+	st := &policyState{rq: rq, v: v}
+	fl := flavour(p.Namespaced())
+	var granted []*Exception
+	var refused []refusal
+	full := false
+	allowedImages, allowedValues := []string{}, []string{}
+	for _, ex := range e.exceptions {
+		if ex.Expired(rq.now) {
+			continue
+		}
+		matched, err := st.match(ex.conds[fl], p.failurePolicy)
+		if err != nil {
+			if full {
+				continue
+			}
+			return rq.result(p, "evaluation", ResultError, "failed to load context: "+err.Error(), nil)
+		}
+		if !matched {
+			continue
+		}
+		if controls := ex.controls[fl]; len(controls) > 0 {
+			if r, ok := st.controls(ex, controls); !ok {
+				refused = append(refused, r)
+				continue
+			}
+		}
+		granted = append(granted, ex)
+		if ex.full {
+			full = true
+		} else if !full {
+			allowedImages = append(allowedImages, ex.Spec.Images...)
+			allowedValues = append(allowedValues, ex.Spec.AllowedValues...)
+		}
+	}
+	if full {
+		return rq.exemption(p, granted)
+	}
+	st.exceptions = &celenv.Exception{AllowedImages: allowedImages, AllowedValues: allowedValues}
+	st.vars = newVarsValue(st)
+
+	matched, err := st.match(v.matchConditions, p.failurePolicy)
+	if err != nil {
+		return rq.result(p, "evaluation", ResultError, "failed to load context: "+err.Error(), nil)
+	}
+	if !matched {
+		r := rq.result(p, "", ResultSkip, "skip", nil)
+		r.MatchConditionsSkip = true
+		return r
+	}
+	for i, val := range v.validations {
+		out, err := st.eval(val.prog)
+		var ok bool
+		if err == nil {
+			ok, err = asBool(out)
+		}
+		if err != nil {
+			return rq.withRefusal(rq.result(p, "", ResultError, "error: "+err.Error(), indexProps(nil, i)), v, granted, refused)
+		}
+		if ok {
+			continue
+		}
+		message := val.message
+		if val.msgProg != nil {
+			out, err := st.eval(val.msgProg)
+			if err != nil {
+				message = "failed to evaluate message expression: " + err.Error()
+			} else if s, err := asString(out); err != nil {
+				message = "failed to convert message expression to string: " + err.Error()
+			} else {
+				message = s
+			}
+		}
+		if message == "" {
+			message = fmt.Sprintf("CEL expression validation failed at index %d", i)
+		}
+		annotations, err := st.auditAnnotations()
+		if err != nil {
+			return rq.withRefusal(rq.result(p, "", ResultError, "error: "+err.Error(), indexProps(nil, i)), v, granted, refused)
+		}
+		return rq.withRefusal(rq.result(p, "", ResultFail, message, indexProps(annotations, i)), v, granted, refused)
+	}
+	annotations, err := st.auditAnnotations()
+	if err != nil {
+		return rq.result(p, "evaluation", ResultError, "failed to load context: "+err.Error(), nil)
+	}
+	r := rq.result(p, "", ResultPass, "success", annotations)
+	applyMessageProperties(&r)
+	return r
+}
+
+// exemption is the result of a granted full exemption: skip, or pass when
+// the selected exception (highest priority label, else the first) says so.
+func (rq *evalRequest) exemption(p *Policy, granted []*Exception) Result {
+	selected := granted[0]
+	best := 0
+	keys := make([]string, len(granted))
+	names := make([]string, len(granted))
+	for i, ex := range granted {
+		keys[i] = ex.Key()
+		names[i] = ex.Name
+		if ex.priority > best {
+			best = ex.priority
+			selected = ex
+		}
+	}
+	verb, result := "skipped", ResultSkip
+	if selected.Spec.ReportResult == ResultPass {
+		verb, result = "passed", ResultPass
+	}
+	r := rq.result(p, "exception", result,
+		fmt.Sprintf("rule is %s due to policy exception: %s", verb, strings.Join(keys, ", ")),
+		map[string]string{PropExceptions: strings.Join(names, ",")})
+	r.Exceptions = keys
+	return r
+}
+
+// withRefusal applies compensating-control refusals to a failing result:
+// when no exception was granted and at least one matched exception was
+// refused, the message of the first refused exception (by namespace, then
+// name) replaces the policy's, and a refusal by a runtime error makes the
+// result an error.
+func (rq *evalRequest) withRefusal(r Result, v *variant, granted []*Exception, refused []refusal) Result {
+	if len(refused) == 0 || len(granted) > 0 || r.status != ResultFail {
+		applyMessageProperties(&r)
+		return r
+	}
+	sort.SliceStable(refused, func(i, j int) bool {
+		a, b := refused[i].exception, refused[j].exception
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	first := refused[0]
+	msg := first.message
+	if first.err != nil {
+		r.Result, r.status = ResultError, ResultError
+		msg = first.err.Error()
+	}
+	if v.templatePath != "" {
+		msg = fmt.Sprintf("%s (pod template at %s)", msg, v.templatePath)
+	}
+	r.Message = msg
+	r.Exceptions = []string{first.exception.Key()}
+	r.Properties[PropExceptions] = first.exception.Name
+	return r
+}
+
+// applyMessageProperties applies Kyverno's message overrides from result
+// properties (audit annotations named after a result status, or "message").
+func applyMessageProperties(r *Result) {
+	if m, ok := r.Properties[r.Result+"Message"]; ok {
+		r.Message = m
+	} else if m, ok := r.Properties["message"]; ok {
+		r.Message = m
+	}
+}
+
+func indexProps(props map[string]string, i int) map[string]string {
+	out := make(map[string]string, len(props)+2)
+	for k, v := range props {
+		out[k] = v
+	}
+	if _, ok := out[PropValidationIndex]; !ok {
+		out[PropValidationIndex] = strconv.Itoa(i)
+	}
+	return out
+}
+
+// policyState is the evaluation of one policy variant for one request.
+type policyState struct {
+	rq         *evalRequest
+	v          *variant
+	vars       *varsValue
+	exceptions *celenv.Exception
+	cost       uint64
+	libs       map[string]any
+}
+
+var errBudget = errors.New("validation failed due to running out of cost budget, no further validation rules will be run")
+
+// eval evaluates a program in this policy's activation, sharing the
+// results of request-pure expressions across policies.
+func (st *policyState) eval(p *program) (ref.Val, error) {
+	memo := p.memoKey != "" && st.rq.shared[p.memoKey]
+	if memo {
+		if v, ok := st.rq.memo[p.memoKey]; ok {
+			return v, nil
+		}
+	}
+	out, det, err := p.prg.Eval(st)
+	if det != nil {
+		if c := det.ActualCost(); c != nil {
+			st.cost += *c
+			if st.cost > celconfig.RuntimeCELCostBudget {
+				return nil, errBudget
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if memo {
+		if st.rq.memo == nil {
+			st.rq.memo = map[string]ref.Val{}
+		}
+		st.rq.memo[p.memoKey] = out
+	}
+	return out, nil
+}
+
+// match evaluates conditions as Kyverno does: any false is no match; errors
+// without a false follow failurePolicy (Ignore: no match; Fail: error).
+func (st *policyState) match(conds []*program, fp admissionregistrationv1.FailurePolicyType) (bool, error) {
+	var errs []string
+	for _, c := range conds {
+		out, err := st.eval(c)
+		var ok bool
+		if err == nil {
+			ok, err = asBool(out)
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	if len(errs) == 0 {
+		return true, nil
+	}
+	if fp == admissionregistrationv1.Ignore {
+		return false, nil
+	}
+	return false, errors.New(strings.Join(errs, "; "))
+}
+
+// controls evaluates an exception's compensating controls in order; the
+// exception is granted only if every one is true.
+func (st *policyState) controls(ex *Exception, controls []*control) (refusal, bool) {
+	for i, c := range controls {
+		out, err := st.eval(c.prog)
+		var ok bool
+		if err == nil {
+			ok, err = asBool(out)
+		}
+		if err != nil {
+			return refusal{exception: ex, err: fmt.Errorf("compensating control at index %d of policy exception %s: %v", i, ex.Key(), err)}, false
+		}
+		if ok {
+			continue
+		}
+		msg := c.message
+		if c.msgProg != nil {
+			if out, err := st.eval(c.msgProg); err == nil {
+				if s, err := asString(out); err == nil {
+					msg = s
+				}
+			}
+		}
+		if strings.TrimSpace(msg) == "" {
+			msg = fmt.Sprintf("compensating control at index %d failed for policy exception %s", i, ex.Key())
+		}
+		return refusal{exception: ex, message: strings.TrimSpace(msg)}, false
+	}
+	return refusal{}, true
+}
+
+func (st *policyState) auditAnnotations() (map[string]string, error) {
+	if len(st.v.auditAnnotations) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(st.v.auditAnnotations))
+	for _, a := range st.v.auditAnnotations {
+		v, err := st.eval(a.prog)
+		if err != nil {
+			return nil, fmt.Errorf("failed to evaluate auditAnnotation '%s': %w", a.key, err)
+		}
+		if v == types.NullValue {
+			continue
+		}
+		s, err := asString(v)
+		if err != nil {
+			return nil, fmt.Errorf("failed to convert auditAnnotation '%s' expression: %w", a.key, err)
+		}
+		if s != "" {
+			out[a.key] = s
+		}
+	}
+	return out, nil
+}
+
+// ResolveName implements interpreter.Activation.
+func (st *policyState) ResolveName(name string) (any, bool) {
+	switch name {
+	case celenv.ObjectVar:
+		return st.rq.object, true
+	case celenv.OldObjectVar:
+		return st.rq.oldObject, true
+	case celenv.RequestVar:
+		return st.rq.request, true
+	case celenv.NamespaceObjectVar:
+		return st.rq.namespaceVal, true
+	case celenv.VariablesVar:
+		if st.vars == nil {
+			return nil, false
+		}
+		return st.vars, true
+	case celenv.ExceptionsVar:
+		if st.exceptions == nil {
+			return nil, false
+		}
+		return st.exceptions, true
+	}
+	if st.libs == nil {
+		st.libs = kyvernocel.BindContext(st.rq.ctx, st.rq.libCtx, st.v.policy.Namespace)
+	}
+	v, ok := st.libs[name]
+	return v, ok
+}
+
+// Parent implements interpreter.Activation.
+func (st *policyState) Parent() interpreter.Activation { return nil }
+
+// varsValue is the lazily evaluated `variables` object of a policy: a
+// variable is computed on first use, in the policy's activation.
+type varsValue struct {
+	st     *policyState
+	values []ref.Val
+}
+
+var varsTypeValue = types.NewTypeValue(celenv.VariablesTypeName, traits.IndexerType|traits.FieldTesterType|traits.IterableType)
+
+func newVarsValue(st *policyState) *varsValue {
+	return &varsValue{st: st, values: make([]ref.Val, len(st.v.variables))}
+}
+
+func (m *varsValue) index(name string) int {
+	for i, v := range m.st.v.variables {
+		if v.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *varsValue) resolve(i int) ref.Val {
+	if v := m.values[i]; v != nil {
+		return v
+	}
+	out, err := m.st.eval(m.st.v.variables[i].prog)
+	if err != nil {
+		out = types.WrapErr(err)
+	}
+	m.values[i] = out
+	return out
+}
+
+// Find implements traits.Mapper.
+func (m *varsValue) Find(key ref.Val) (ref.Val, bool) {
+	n, ok := key.(types.String)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(key), true
+	}
+	i := m.index(string(n))
+	if i < 0 {
+		return nil, false
+	}
+	return m.resolve(i), true
+}
+
+// Get implements traits.Indexer.
+func (m *varsValue) Get(key ref.Val) ref.Val {
+	if v, found := m.Find(key); found {
+		return v
+	}
+	return types.ValOrErr(key, "no such key: %v", key)
+}
+
+// Contains implements traits.Container.
+func (m *varsValue) Contains(key ref.Val) ref.Val {
+	v, found := m.Find(key)
+	if v != nil && types.IsUnknownOrError(v) {
+		return v
+	}
+	return types.Bool(found)
+}
+
+// IsSet implements traits.FieldTester.
+func (m *varsValue) IsSet(field ref.Val) ref.Val { return m.Contains(field) }
+
+// Size implements traits.Sizer.
+func (m *varsValue) Size() ref.Val { return types.Int(len(m.values)) }
+
+// Iterator implements traits.Iterable.
+func (m *varsValue) Iterator() traits.Iterator {
+	names := make([]string, len(m.st.v.variables))
+	for i, v := range m.st.v.variables {
+		names[i] = v.name
+	}
+	return types.NewStringList(types.DefaultTypeAdapter, names).(traits.Lister).Iterator()
+}
+
+// ConvertToNative implements ref.Val.
+func (m *varsValue) ConvertToNative(typeDesc reflect.Type) (any, error) {
+	return nil, fmt.Errorf("disallowed conversion from %q to %q", celenv.VariablesTypeName, typeDesc.Name())
+}
+
+// ConvertToType implements ref.Val.
+func (m *varsValue) ConvertToType(typeVal ref.Type) ref.Val {
+	switch typeVal {
+	case varsTypeValue:
+		return m
+	case types.TypeType:
+		return varsTypeValue
+	}
+	return types.NewErr("disallowed conversion from %q to %q", celenv.VariablesTypeName, typeVal.TypeName())
+}
+
+// Equal implements ref.Val.
+func (m *varsValue) Equal(other ref.Val) ref.Val {
+	o, ok := other.(*varsValue)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(other)
+	}
+	return types.Bool(m == o)
+}
+
+// Type implements ref.Val.
+func (m *varsValue) Type() ref.Type { return varsTypeValue }
+
+// Value implements ref.Val.
+func (m *varsValue) Value() any { return types.NoSuchOverloadErr() }
+
+var (
+	boolType   = reflect.TypeFor[bool]()
+	stringType = reflect.TypeFor[string]()
+)

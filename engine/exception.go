@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/cel-go/common/types"
+
+	"github.com/arbiter-pdp/arbiter/engine/celenv"
+)
+
+// Exception is a compiled policies.kyverno.io PolicyException. It is immutable.
+type Exception struct {
+	Namespace string
+	Name      string
+	Source    string
+	Labels    map[string]string
+	Spec      *PolicyExceptionSpec
+	// ExpiresAt is spec.expiresAt (zero: never expires).
+	ExpiresAt time.Time
+
+	priority int
+	full     bool
+	// compiled matchConditions and controls, for cluster-scoped [0] and
+	// namespaced [1] policies (only for the kinds the exception refers to).
+	conds    [2][]*program
+	controls [2][]*control
+}
+
+type control struct {
+	prog    *program
+	message string
+	msgProg *program
+}
+
+// Key returns namespace/name.
+func (e *Exception) Key() string {
+	if e.Namespace == "" {
+		return e.Name
+	}
+	return e.Namespace + "/" + e.Name
+}
+
+// Expired says whether the exception has expired at t.
+func (e *Exception) Expired(t time.Time) bool {
+	return !e.ExpiresAt.IsZero() && t.After(e.ExpiresAt)
+}
+
+// HasControls says whether the exception defines compensating controls.
+func (e *Exception) HasControls() bool { return len(e.Spec.Validations) > 0 }
+
+// Full says whether a granted exception exempts the resource outright (it
+// has neither images nor allowedValues).
+func (e *Exception) Full() bool { return e.full }
+
+// References says whether the exception refers to the policy.
+func (e *Exception) References(kind, name string) bool {
+	for _, r := range e.Spec.PolicyRefs {
+		if r.Name == name && r.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func compileException(env *celenv.Env, o *Object) (*Exception, *LoadError) {
+	if !kyvernoVersions[o.VersionOnly()] {
+		return nil, loadErr(o, "apiVersion", "unsupported version %q of PolicyException (supported: v1alpha1, v1beta1, v1)", o.APIVersion)
+	}
+	var pe PolicyException
+	if err := decodeStrict(o, &pe); err != nil {
+		return nil, err
+	}
+	if pe.Name == "" {
+		return nil, loadErr(o, "metadata.name", "required")
+	}
+	spec := &pe.Spec
+	if len(spec.PolicyRefs) == 0 {
+		return nil, loadErr(o, "spec.policyRefs", "must specify at least one policy ref")
+	}
+	kinds := [2]bool{}
+	for i, r := range spec.PolicyRefs {
+		if r.Name == "" {
+			return nil, loadErr(o, fmt.Sprintf("spec.policyRefs[%d].name", i), "must specify policy name")
+		}
+		if r.Kind == "" {
+			return nil, loadErr(o, fmt.Sprintf("spec.policyRefs[%d].kind", i), "must specify policy kind")
+		}
+		if r.Kind == KindNamespacedValidatingPolicy {
+			kinds[1] = true
+		} else {
+			kinds[0] = true
+		}
+	}
+	switch spec.ReportResult {
+	case "", "skip", "pass":
+	default:
+		return nil, loadErr(o, "spec.reportResult", "unsupported value %q: supported values: \"skip\", \"pass\"", spec.ReportResult)
+	}
+	e := &Exception{
+		Namespace: pe.Namespace,
+		Name:      pe.Name,
+		Source:    o.Source,
+		Labels:    pe.Labels,
+		Spec:      spec,
+		full:      len(spec.Images) == 0 && len(spec.AllowedValues) == 0,
+	}
+	if spec.ExpiresAt != nil {
+		e.ExpiresAt = spec.ExpiresAt.Time
+	}
+	if v, ok := pe.Labels[LabelExceptionPriority]; ok {
+		if p, err := strconv.Atoi(v); err == nil && p > 0 {
+			e.priority = p
+		}
+	}
+	for flavour, used := range kinds {
+		if !used {
+			continue
+		}
+		cenv := env.Exception(flavour == 1)
+		for i, mc := range spec.MatchConditions {
+			prg, _, err := compileExpr(cenv, mc.Expression, types.BoolType)
+			if err != nil {
+				return nil, loadErr(o, fmt.Sprintf("spec.matchConditions[%d].expression", i), "%v", err)
+			}
+			e.conds[flavour] = append(e.conds[flavour], prg)
+		}
+		for i, v := range spec.Validations {
+			field := fmt.Sprintf("spec.validations[%d]", i)
+			prg, _, err := compileExpr(cenv, v.Expression, types.BoolType)
+			if err != nil {
+				return nil, loadErr(o, field+".expression", "%v", err)
+			}
+			c := &control{prog: prg, message: v.Message}
+			if v.MessageExpression != "" {
+				c.msgProg, _, err = compileExpr(cenv, v.MessageExpression, types.StringType)
+				if err != nil {
+					return nil, loadErr(o, field+".messageExpression", "%v", err)
+				}
+			}
+			e.controls[flavour] = append(e.controls[flavour], c)
+		}
+	}
+	return e, nil
+}
+
+func flavour(namespaced bool) int {
+	if namespaced {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+
+	"github.com/arbiter-pdp/arbiter/engine/celenv"
+)
+
+// program is one compiled CEL expression.
+type program struct {
+	prg  cel.Program
+	expr string
+	// memoKey is set when the result depends only on the request (object,
+	// oldObject, request, namespaceObject) and pure functions, so it can be
+	// shared by every policy evaluated for the same request.
+	memoKey string
+}
+
+// requestInputs are the variables whose values are fixed for a request.
+var requestInputs = map[string]bool{
+	celenv.ObjectVar:          true,
+	celenv.OldObjectVar:       true,
+	celenv.RequestVar:         true,
+	celenv.NamespaceObjectVar: true,
+}
+
+// impureOverloads are substrings of overload ids whose result may differ
+// between two calls with the same arguments.
+var impureOverloads = []string{"random", "now"}
+
+// compileExpr compiles expr in env. want, when not nil, is the exact output
+// type required; its error text is Kyverno's.
+func compileExpr(env *cel.Env, expr string, want *types.Type) (*program, *cel.Ast, error) {
+	ast, issues := env.Compile(expr)
+	if err := issues.Err(); err != nil {
+		return nil, nil, err
+	}
+	if want != nil && !ast.OutputType().IsExactType(want) {
+		return nil, nil, fmt.Errorf("output is expected to be of type %s", want.TypeName())
+	}
+	prg, err := env.Program(ast)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &program{prg: prg, expr: expr}
+	if isRequestPure(ast) {
+		p.memoKey = canonicalKey(ast, expr)
+	}
+	return p, ast, nil
+}
+
+func isRequestPure(ast *cel.Ast) bool {
+	native := ast.NativeRep()
+	locals := map[string]bool{}
+	celast.PreOrderVisit(native.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() == celast.ComprehensionKind {
+			c := e.AsComprehension()
+			locals[c.IterVar()] = true
+			locals[c.AccuVar()] = true
+			if c.HasIterVar2() {
+				locals[c.IterVar2()] = true
+			}
+		}
+	}))
+	for _, r := range native.ReferenceMap() {
+		if r.Name != "" && len(r.OverloadIDs) == 0 && r.Value == nil {
+			if !requestInputs[r.Name] && !locals[r.Name] {
+				return false
+			}
+		}
+		for _, id := range r.OverloadIDs {
+			for _, bad := range impureOverloads {
+				if strings.Contains(strings.ToLower(id), bad) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// canonicalKey identifies an expression up to formatting: the unparsed
+// checked AST.
+func canonicalKey(ast *cel.Ast, fallback string) string {
+	if s, err := cel.AstToString(ast); err == nil {
+		return s
+	}
+	return fallback
+}
+
+// evalBool evaluates a program expected to produce a bool.
+func asBool(v ref.Val) (bool, error) {
+	switch b := v.(type) {
+	case types.Bool:
+		return bool(b), nil
+	case *types.Err:
+		return false, b
+	}
+	native, err := v.ConvertToNative(boolType)
+	if err != nil {
+		return false, err
+	}
+	b, ok := native.(bool)
+	if !ok {
+		return false, fmt.Errorf("type conversion error from '%s' to 'bool'", v.Type().TypeName())
+	}
+	return b, nil
+}
+
+func asString(v ref.Val) (string, error) {
+	switch s := v.(type) {
+	case types.String:
+		return string(s), nil
+	case *types.Err:
+		return "", s
+	}
+	native, err := v.ConvertToNative(stringType)
+	if err != nil {
+		return "", err
+	}
+	s, ok := native.(string)
+	if !ok {
+		return "", fmt.Errorf("type conversion error from '%s' to 'string'", v.Type().TypeName())
+	}
+	return s, nil
+}

@@ -1,0 +1,64 @@
+package kyvernocel
+
+import (
+	"testing"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/ext"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apiserver/pkg/cel/environment"
+)
+
+// newTestEnv builds an environment like the lead's: the Kubernetes base
+// environment for stored expressions, the cel-go extensions Kyverno adds, the
+// object variables and the libraries.
+func newTestEnv(t testing.TB, o Options) *cel.Env {
+	t.Helper()
+	base := environment.MustBaseEnvSet(version.MajorMinor(1, 0))
+	opts := []cel.EnvOption{
+		cel.HomogeneousAggregateLiterals(),
+		cel.EagerlyValidateDeclarations(true),
+		cel.DefaultUTCTimeZone(true),
+		cel.CrossTypeNumericComparisons(true),
+		cel.OptionalTypes(),
+		ext.Bindings(),
+		ext.Encoders(),
+		ext.Math(),
+		ext.Protos(),
+		ext.Regex(ext.RegexVersion(1)),
+		cel.Variable("object", cel.DynType),
+		cel.Variable("oldObject", cel.DynType),
+		cel.Variable("request", cel.DynType),
+		cel.Variable("namespaceObject", cel.DynType),
+		cel.Variable("variables", cel.DynType),
+	}
+	opts = append(opts, Libraries(o)...)
+	set, err := base.Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions:        opts,
+	})
+	if err != nil {
+		t.Fatalf("extending base env: %v", err)
+	}
+	env, err := set.Env(environment.StoredExpressions)
+	if err != nil {
+		t.Fatalf("stored env: %v", err)
+	}
+	return env
+}
+
+func TestEnvBuilds(t *testing.T) {
+	for _, ns := range []bool{false, true} {
+		env := newTestEnv(t, Options{Namespaced: ns})
+		for _, expr := range []string{
+			`parseImageReference("nginx").registry()`,
+			`sha256("x") == hash.sha256("x")`,
+			`json.marshal({"a": 1})`,
+			`math.round(1.234, 2) == 1.23 && math.greatest(1, 2) == 2`,
+		} {
+			if _, iss := env.Compile(expr); iss.Err() != nil {
+				t.Errorf("namespaced=%v %s: %v", ns, expr, iss.Err())
+			}
+		}
+	}
+}

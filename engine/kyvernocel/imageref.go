@@ -1,0 +1,330 @@
+package kyvernocel
+
+import (
+	"fmt"
+	"net/url"
+	"reflect"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+)
+
+// image reference library (sdk extensions/cel/libs/image):
+//
+//	parseImageReference(string) → kyverno.image   (image(string) is the deprecated alias)
+//	isImage(string)             → bool
+//	<image>.containsDigest() bool, .registry(), .repository(), .identifier(),
+//	.identifierWithSeparator(), .tag(), .digest() string
+//
+// Parsing is go-containerregistry's name.ParseReference (v0.21.8, the version
+// Kyverno 1.19.1 links) with its default options: weak validation, default
+// registry index.docker.io (docker.io is rewritten to it), default tag latest.
+
+func imageRefFunctions() []cel.EnvOption {
+	return []cel.EnvOption{
+		cel.Function("image",
+			cel.Overload("string_to_image_deprecated", []*cel.Type{cel.StringType}, ImageType,
+				cel.UnaryBinding(stringToImage))),
+		cel.Function("parseImageReference",
+			cel.Overload("string_to_image", []*cel.Type{cel.StringType}, ImageType,
+				cel.UnaryBinding(stringToImage))),
+		cel.Function("isImage",
+			cel.Overload("is_image_string", []*cel.Type{cel.StringType}, cel.BoolType,
+				cel.UnaryBinding(isImage))),
+		cel.Function("containsDigest",
+			cel.MemberOverload("image_contains_digest", []*cel.Type{ImageType}, cel.BoolType,
+				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.Bool(r.isDigest && r.digest != "") })))),
+		cel.Function("registry",
+			cel.MemberOverload("image_registry", []*cel.Type{ImageType}, cel.StringType,
+				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.String(r.registry) })))),
+		cel.Function("repository",
+			cel.MemberOverload("image_repository", []*cel.Type{ImageType}, cel.StringType,
+				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.String(r.RepositoryStr()) })))),
+		cel.Function("identifier",
+			cel.MemberOverload("image_identifier", []*cel.Type{ImageType}, cel.StringType,
+				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.String(r.identifierWithTag()) })))),
+		cel.Function("identifierWithSeparator",
+			cel.MemberOverload("image_identifier_with_separator", []*cel.Type{ImageType}, cel.StringType,
+				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val {
+					if r.isDigest {
+						return types.String("@" + r.digest)
+					}
+					return types.String(":" + r.tag)
+				})))),
+		cel.Function("tag",
+			cel.MemberOverload("image_tag", []*cel.Type{ImageType}, cel.StringType,
+				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.String(r.Tag()) })))),
+		cel.Function("digest",
+			cel.MemberOverload("image_digest", []*cel.Type{ImageType}, cel.StringType,
+				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val {
+					if r.isDigest {
+						return types.String(r.digest)
+					}
+					return types.String("")
+				})))),
+	}
+}
+
+func imageMember(f func(*imageRef) ref.Val) func(ref.Val) ref.Val {
+	return func(arg ref.Val) ref.Val {
+		r, ok := arg.(*imageRef)
+		if !ok {
+			return types.MaybeNoSuchOverloadErr(arg)
+		}
+		return f(r)
+	}
+}
+
+func stringToImage(arg ref.Val) ref.Val {
+	s, ok := arg.(types.String)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(arg)
+	}
+	r, err := ParseImageReference(string(s))
+	if err != nil {
+		return types.WrapErr(err)
+	}
+	return r
+}
+
+func isImage(arg ref.Val) ref.Val {
+	s, ok := arg.(types.String)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(arg)
+	}
+	_, err := ParseImageReference(string(s))
+	return types.Bool(err == nil)
+}
+
+// imageRef is a parsed image reference: go-containerregistry's name.Tag or
+// name.Digest, flattened. It is also the CEL value of kyverno.image.
+type imageRef struct {
+	registry   string // never empty: defaulted, docker.io rewritten to index.docker.io
+	repository string // as written (without the implicit "library/")
+	tag        string // name.Tag: the tag, defaulted to latest
+	digest     string // name.Digest: "sha256:<hex>"
+	isDigest   bool
+	original   string
+}
+
+const (
+	defaultRegistry      = "index.docker.io"
+	defaultRegistryAlias = "docker.io"
+	defaultTag           = "latest"
+	defaultNamespace     = "library"
+	repositoryChars      = "abcdefghijklmnopqrstuvwxyz0123456789_-./"
+	tagChars             = "abcdefghijklmnopqrstuvwxyz0123456789_-.ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+
+// ParseImageReference parses an image reference exactly as
+// go-containerregistry's name.ParseReference does with default options (as
+// Kyverno's parseImageReference does). The error is "could not parse
+// reference: <s>".
+func ParseImageReference(s string) (*imageRef, error) {
+	if t, err := newTag(s); err == nil {
+		return t, nil
+	}
+	if d, err := newDigest(s); err == nil {
+		return d, nil
+	}
+	return nil, fmt.Errorf("could not parse reference: %s", s)
+}
+
+// RepositoryStr is the repository with Docker Hub's implicit "library/".
+func (r *imageRef) RepositoryStr() string {
+	if !strings.ContainsRune(r.repository, '/') && r.registry == defaultRegistry {
+		return defaultNamespace + "/" + r.repository
+	}
+	return r.repository
+}
+
+// repositoryName is name.Repository.Name(): registry/repository.
+func (r *imageRef) repositoryName() string {
+	return r.registry + "/" + r.RepositoryStr()
+}
+
+// Identifier is name.Reference.Identifier(): the tag or the digest.
+func (r *imageRef) Identifier() string {
+	if r.isDigest {
+		return r.digest
+	}
+	return r.tag
+}
+
+// String is the reference as written.
+func (r *imageRef) String() string { return r.original }
+
+// Tag is Kyverno's tag(): the tag of a tag reference, or the tag written
+// before the digest of a repo:tag@digest reference ("" when there is none).
+func (r *imageRef) Tag() string {
+	if !r.isDigest {
+		return r.tag
+	}
+	return tagFromTaggedDigestReference(r.original)
+}
+
+// identifierWithTag is Kyverno's identifier(): Identifier(), except that a
+// repo:tag@digest reference gives "tag@digest".
+func (r *imageRef) identifierWithTag() string {
+	if r.isDigest {
+		if tag := tagFromTaggedDigestReference(r.original); tag != "" {
+			return tag + "@" + r.digest
+		}
+	}
+	return r.Identifier()
+}
+
+func tagFromTaggedDigestReference(s string) string {
+	i := strings.Index(s, "@")
+	if i == -1 {
+		return ""
+	}
+	before := s[:i]
+	slash := strings.LastIndex(before, "/")
+	j := strings.LastIndex(before, ":")
+	if j == -1 || j < slash {
+		return ""
+	}
+	return before[j+1:]
+}
+
+func checkElement(name, element, allowedRunes string, minRunes, maxRunes int) error {
+	n := utf8.RuneCountInString(element)
+	if n < minRunes || maxRunes < n {
+		return fmt.Errorf("%s must be between %d and %d characters in length: %s", name, minRunes, maxRunes, element)
+	}
+	for _, c := range element {
+		if !strings.ContainsRune(allowedRunes, c) {
+			return fmt.Errorf("%s can only contain the characters `%s`: %s", name, allowedRunes, element)
+		}
+	}
+	return nil
+}
+
+func newRegistry(name string) (string, error) {
+	if u, err := url.Parse("//" + name); err != nil || u.Host != name {
+		return "", fmt.Errorf("registries must be valid RFC 3986 URI authorities: %s", name)
+	}
+	if name == "" {
+		name = defaultRegistry
+	}
+	if name == defaultRegistryAlias {
+		name = defaultRegistry
+	}
+	return name, nil
+}
+
+func newRepository(name string) (registry, repo string, err error) {
+	if name == "" {
+		return "", "", fmt.Errorf("a repository name must be specified")
+	}
+	repo = name
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		maybeRegistry := name[:i]
+		if maybeRegistry == "localhost" || strings.ContainsAny(maybeRegistry, ".:") {
+			registry, repo = maybeRegistry, name[i+1:]
+		}
+	}
+	if err := checkElement("repository", repo, repositoryChars, 2, 255); err != nil {
+		return "", "", err
+	}
+	if registry, err = newRegistry(registry); err != nil {
+		return "", "", err
+	}
+	return registry, repo, nil
+}
+
+func newTag(name string) (*imageRef, error) {
+	base, tag := name, ""
+	if i := strings.LastIndexByte(name, ':'); i >= 0 && !strings.Contains(name[i+1:], "/") {
+		base, tag = name[:i], name[i+1:]
+		if tag == "" {
+			return nil, fmt.Errorf("%s must specify a tag name after the colon", name)
+		}
+	}
+	if tag != "" {
+		if err := checkElement("tag", tag, tagChars, 1, 128); err != nil {
+			return nil, err
+		}
+	} else {
+		tag = defaultTag
+	}
+	registry, repo, err := newRepository(base)
+	if err != nil {
+		return nil, err
+	}
+	return &imageRef{registry: registry, repository: repo, tag: tag, original: name}, nil
+}
+
+func newDigest(name string) (*imageRef, error) {
+	parts := strings.Split(name, "@")
+	if len(parts) != 2 {
+		return nil, fmt.Errorf("a digest must contain exactly one '@' separator (e.g. registry/repository@digest) saw: %s", name)
+	}
+	base, dig := parts[0], parts[1]
+	hex, ok := strings.CutPrefix(dig, "sha256:")
+	if !ok {
+		return nil, fmt.Errorf("unsupported digest algorithm: %s", dig)
+	}
+	if len(hex) != 64 {
+		return nil, fmt.Errorf("invalid checksum digest length")
+	}
+	for i := 0; i < len(hex); i++ {
+		if c := hex[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return nil, fmt.Errorf("invalid checksum digest format")
+		}
+	}
+	if t, err := newTag(base); err == nil {
+		base = t.repositoryName()
+	}
+	registry, repo, err := newRepository(base)
+	if err != nil {
+		return nil, err
+	}
+	return &imageRef{registry: registry, repository: repo, digest: dig, isDigest: true, original: name}, nil
+}
+
+// ---- ref.Val ----
+
+var imageRefGoType = reflect.TypeFor[*imageRef]()
+
+// ConvertToNative converts to the reference itself or to its string form.
+func (r *imageRef) ConvertToNative(t reflect.Type) (any, error) {
+	switch {
+	case t == imageRefGoType:
+		return r, nil
+	case t == stringType:
+		return r.original, nil
+	}
+	return nil, fmt.Errorf("type conversion error from 'Image' to '%v'", t)
+}
+
+// ConvertToType implements ref.Val.
+func (r *imageRef) ConvertToType(t ref.Type) ref.Val {
+	switch t {
+	case ImageType:
+		return r
+	case types.TypeType:
+		return ImageType
+	}
+	return types.NewErr("type conversion error from '%s' to '%s'", ImageType, t)
+}
+
+// Equal is true when both references parsed from the same string (Kyverno
+// compares the parsed go-containerregistry values, which keep that string).
+func (r *imageRef) Equal(other ref.Val) ref.Val {
+	o, ok := other.(*imageRef)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(other)
+	}
+	return types.Bool(*r == *o)
+}
+
+// Type implements ref.Val.
+func (r *imageRef) Type() ref.Type { return ImageType }
+
+// Value implements ref.Val.
+func (r *imageRef) Value() any { return r }

@@ -1,0 +1,247 @@
+// Package manifest reads Kubernetes-style manifests: files and folders of
+// multi-document YAML or JSON, `v1 List` objects, and stdin. It produces
+// JSON-shaped documents (map[string]any with int64/float64 numbers, as
+// unstructured Kubernetes objects) and errors that name the file and the
+// document.
+package manifest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// Document is one object read from a manifest.
+type Document struct {
+	// File is the path the document was read from ("-" for stdin).
+	File string
+	// Index is the 1-based position of the document in its file (items of a
+	// List count as separate documents and share their list's index).
+	Index int
+	// Object is the document as JSON-shaped data.
+	Object map[string]any
+}
+
+// Source names the document for messages: "file.yaml" or "file.yaml#3".
+func (d *Document) Source() string {
+	if d.Index <= 1 {
+		return d.File
+	}
+	return fmt.Sprintf("%s#%d", d.File, d.Index)
+}
+
+// APIVersion returns the document's apiVersion.
+func (d *Document) APIVersion() string { return str(d.Object, "apiVersion") }
+
+// Kind returns the document's kind.
+func (d *Document) Kind() string { return str(d.Object, "kind") }
+
+// Name returns metadata.name.
+func (d *Document) Name() string { return meta(d.Object, "name") }
+
+// Namespace returns metadata.namespace.
+func (d *Document) Namespace() string { return meta(d.Object, "namespace") }
+
+func str(m map[string]any, k string) string {
+	s, _ := m[k].(string)
+	return s
+}
+
+func meta(m map[string]any, k string) string {
+	md, _ := m["metadata"].(map[string]any)
+	return str(md, k)
+}
+
+// Error is a manifest that could not be read.
+type Error struct {
+	File  string
+	Index int
+	Err   error
+}
+
+func (e *Error) Error() string {
+	if e.Index > 0 {
+		return fmt.Sprintf("%s (document %d): %v", e.File, e.Index, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.File, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// IsManifestFile says whether a file name is read when walking a folder.
+func IsManifestFile(name string) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// Files expands paths into the manifest files they denote: a file is taken
+// as is (whatever its extension), a folder is walked recursively in lexical
+// order for *.yaml, *.yml and *.json, skipping hidden folders below it. "-"
+// stands for stdin.
+func Files(paths ...string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		if p == "-" {
+			out = append(out, p)
+			continue
+		}
+		info, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !info.IsDir() {
+			out = append(out, p)
+			continue
+		}
+		var files []string
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if path != p && strings.HasPrefix(d.Name(), ".") {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if IsManifestFile(d.Name()) {
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		sort.Strings(files)
+		out = append(out, files...)
+	}
+	return out, nil
+}
+
+// ReadPaths reads every document under paths (see Files). stdin is read
+// from the given reader.
+func ReadPaths(stdin io.Reader, paths ...string) ([]*Document, error) {
+	files, err := Files(paths...)
+	if err != nil {
+		return nil, err
+	}
+	var docs []*Document
+	for _, f := range files {
+		var data []byte
+		if f == "-" {
+			data, err = io.ReadAll(stdin)
+		} else {
+			data, err = os.ReadFile(f)
+		}
+		if err != nil {
+			return nil, &Error{File: f, Err: err}
+		}
+		d, err := Parse(f, data)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, d...)
+	}
+	return docs, nil
+}
+
+// Parse splits data (YAML, multi-document YAML, or JSON) into documents.
+// Empty documents are skipped; `kind: List` (and `*List`) objects are
+// expanded into their items. A document that is not an object is an error.
+func Parse(file string, data []byte) ([]*Document, error) {
+	var docs []*Document
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for index := 1; ; index++ {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, &Error{File: file, Index: index, Err: err}
+		}
+		obj, err := Decode(raw)
+		if err != nil {
+			return nil, &Error{File: file, Index: index, Err: err}
+		}
+		if obj == nil {
+			continue
+		}
+		if items, ok := listItems(obj); ok {
+			for i, item := range items {
+				m, ok := item.(map[string]any)
+				if !ok {
+					return nil, &Error{File: file, Index: index, Err: fmt.Errorf("items[%d]: not an object", i)}
+				}
+				docs = append(docs, &Document{File: file, Index: index, Object: m})
+			}
+			continue
+		}
+		docs = append(docs, &Document{File: file, Index: index, Object: obj})
+	}
+	return docs, nil
+}
+
+// Decode converts one YAML or JSON document to JSON-shaped data. It returns
+// nil for an empty document.
+func Decode(raw []byte) (map[string]any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	js = bytes.TrimSpace(js)
+	if bytes.Equal(js, []byte("null")) {
+		return nil, nil
+	}
+	if len(js) == 0 || js[0] != '{' {
+		return nil, fmt.Errorf("document is not an object")
+	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(js, &obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// DecodeJSON decodes one JSON object with Kubernetes number handling
+// (integers as int64, other numbers as float64).
+func DecodeJSON(js []byte) (map[string]any, error) {
+	var obj map[string]any
+	if err := utiljson.Unmarshal(js, &obj); err != nil {
+		return nil, err
+	}
+	if obj == nil {
+		return nil, fmt.Errorf("document is not an object")
+	}
+	return obj, nil
+}
+
+func listItems(obj map[string]any) ([]any, bool) {
+	kind := str(obj, "kind")
+	if !strings.HasSuffix(kind, "List") {
+		return nil, false
+	}
+	if items, ok := obj["items"].([]any); ok {
+		return items, true
+	}
+	if kind == "List" && obj["items"] == nil {
+		return nil, true
+	}
+	return nil, false
+}

@@ -1,0 +1,290 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	sigsjson "sigs.k8s.io/json"
+
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+)
+
+// Object is one Kubernetes-shaped object: a policy, an exception, a
+// Namespace, a param, or a resource to evaluate.
+type Object struct {
+	APIVersion string
+	Kind       string
+	Namespace  string
+	Name       string
+	// Source names where the object came from (file and document), for messages.
+	Source string
+	// Content is the object as JSON-shaped data. It must not be modified
+	// once the object is handed to the engine.
+	Content map[string]any
+	// Version identifies this content of the object (for example a hash of
+	// its stored bytes); the compiler reuses what it compiled for the same
+	// identity and version. Empty means "compute it from Content".
+	Version string
+}
+
+// NewObject wraps JSON-shaped content.
+func NewObject(source string, content map[string]any) *Object {
+	o := &Object{Source: source, Content: content}
+	o.APIVersion, _ = content["apiVersion"].(string)
+	o.Kind, _ = content["kind"].(string)
+	if md, ok := content["metadata"].(map[string]any); ok {
+		o.Name, _ = md["name"].(string)
+		o.Namespace, _ = md["namespace"].(string)
+	}
+	return o
+}
+
+// FromDocuments converts manifest documents to objects.
+func FromDocuments(docs []*manifest.Document) []*Object {
+	out := make([]*Object, len(docs))
+	for i, d := range docs {
+		out[i] = NewObject(d.Source(), d.Object)
+	}
+	return out
+}
+
+// Group returns the API group of the object ("" for the core group).
+func (o *Object) Group() string {
+	if i := strings.IndexByte(o.APIVersion, '/'); i >= 0 {
+		return o.APIVersion[:i]
+	}
+	return ""
+}
+
+// GroupVersion returns the API version part after the group.
+func (o *Object) VersionOnly() string {
+	if i := strings.IndexByte(o.APIVersion, '/'); i >= 0 {
+		return o.APIVersion[i+1:]
+	}
+	return o.APIVersion
+}
+
+// Ref names the object: "Kind namespace/name" or "Kind name".
+func (o *Object) Ref() string {
+	if o.Namespace != "" {
+		return fmt.Sprintf("%s %s/%s", o.Kind, o.Namespace, o.Name)
+	}
+	return fmt.Sprintf("%s %s", o.Kind, o.Name)
+}
+
+// Labels returns metadata.labels.
+func (o *Object) Labels() map[string]string {
+	return stringMap(o.Content, "labels")
+}
+
+// Annotations returns metadata.annotations.
+func (o *Object) Annotations() map[string]string {
+	return stringMap(o.Content, "annotations")
+}
+
+func stringMap(content map[string]any, key string) map[string]string {
+	md, _ := content["metadata"].(map[string]any)
+	m, _ := md[key].(map[string]any)
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if s, ok := v.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+// Class says what role an object plays.
+type Class int
+
+// Object classes.
+const (
+	// ClassResource is an object to evaluate.
+	ClassResource Class = iota
+	// ClassPolicy is a ValidatingPolicy or NamespacedValidatingPolicy.
+	ClassPolicy
+	// ClassException is a policies.kyverno.io PolicyException.
+	ClassException
+	// ClassNamespace is a v1 Namespace: the namespaceObject of requests in it.
+	ClassNamespace
+	// ClassUnsupported is a policy kind Arbiter does not evaluate.
+	ClassUnsupported
+)
+
+// unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
+// them as resources.
+var unsupportedGroups = map[string]bool{
+	"kyverno.io":     true,
+	"cli.kyverno.io": true,
+}
+
+// Classify says what role an object plays. Kinds of policies.kyverno.io that
+// Arbiter does not evaluate, and kyverno.io policies, are ClassUnsupported.
+func Classify(o *Object) Class {
+	group := o.Group()
+	switch {
+	case group == KyvernoGroup:
+		switch o.Kind {
+		case KindValidatingPolicy, KindNamespacedValidatingPolicy:
+			return ClassPolicy
+		case KindPolicyException:
+			return ClassException
+		}
+		return ClassUnsupported
+	case unsupportedGroups[group]:
+		return ClassUnsupported
+	case group == "" && o.Kind == "Namespace" && o.APIVersion == "v1":
+		return ClassNamespace
+	}
+	return ClassResource
+}
+
+// LoadError is an object that cannot be loaded or compiled. It names the
+// source, the object and the field.
+type LoadError struct {
+	Source string
+	// Object is "Kind namespace/name" or "Kind name".
+	Object string
+	// Field is the path of the offending field, e.g. spec.validations[0].expression.
+	Field  string
+	Detail string
+}
+
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	if e.Source != "" {
+		b.WriteString(e.Source)
+		b.WriteString(": ")
+	}
+	if e.Object != "" {
+		b.WriteString(e.Object)
+		b.WriteString(": ")
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Detail)
+	return b.String()
+}
+
+func loadErr(o *Object, field, format string, args ...any) *LoadError {
+	return &LoadError{Source: o.Source, Object: o.Ref(), Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// LoadErrors is the list of every object that could not be loaded.
+type LoadErrors []*LoadError
+
+func (l LoadErrors) Error() string {
+	msgs := make([]string, len(l))
+	for i, e := range l {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// AsLoadErrors returns the load errors in err, if any.
+func AsLoadErrors(err error) LoadErrors {
+	var l LoadErrors
+	if errors.As(err, &l) {
+		return l
+	}
+	var one *LoadError
+	if errors.As(err, &one) {
+		return LoadErrors{one}
+	}
+	return nil
+}
+
+// decodeStrict decodes content into v, refusing unknown and duplicate
+// fields, and reports the first problem with its field path.
+func decodeStrict(o *Object, v any) *LoadError {
+	data, err := json.Marshal(o.Content)
+	if err != nil {
+		return loadErr(o, "", "cannot encode: %v", err)
+	}
+	strict, err := sigsjson.UnmarshalStrict(data, v)
+	if err != nil {
+		return loadErr(o, jsonErrorField(err), "%s", jsonErrorDetail(err))
+	}
+	if len(strict) > 0 {
+		return loadErr(o, strictField(strict[0]), "%s", strictDetail(strict[0]))
+	}
+	return nil
+}
+
+// strictField extracts the field path from a strict-decoding error such as
+// `unknown field "spec.foo"`.
+func strictField(err error) string {
+	msg := err.Error()
+	if i := strings.IndexByte(msg, '"'); i >= 0 {
+		if j := strings.LastIndexByte(msg, '"'); j > i {
+			return msg[i+1 : j]
+		}
+	}
+	return ""
+}
+
+func strictDetail(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "unknown field"):
+		return "unknown field"
+	case strings.Contains(msg, "duplicate field"):
+		return "duplicate field"
+	}
+	return msg
+}
+
+func jsonErrorField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return te.Field
+	}
+	return ""
+}
+
+func jsonErrorDetail(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("cannot be %s, expected %s", te.Value, jsonTypeName(te.Type.String()))
+	}
+	return err.Error()
+}
+
+func jsonTypeName(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	case strings.HasPrefix(goType, "map["), strings.Contains(goType, "."):
+		if strings.HasSuffix(goType, "Time") {
+			return "an RFC 3339 time"
+		}
+		if strings.HasSuffix(goType, "Type") || strings.HasSuffix(goType, "Action") {
+			return "a string"
+		}
+		return "an object"
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "a boolean"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "*int"):
+		return "an integer"
+	}
+	return goType
+}
+
+// canonicalJSON renders content deterministically (encoding/json sorts map keys).
+func canonicalJSON(content map[string]any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(content)
+	return bytes.TrimSpace(buf.Bytes())
+}

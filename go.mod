@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/google/cel-go v0.31.0
 	go.etcd.io/bbolt v1.5.0
+	google.golang.org/grpc v1.82.1
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

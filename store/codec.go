@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -119,7 +120,7 @@ func decodeIdem(v []byte) (idemRecord, error) {
 	}, nil
 }
 
-var errShort = fmt.Errorf("truncated")
+var errShort = errors.New("truncated")
 
 // reader decodes the formats above; the first error sticks.
 type reader struct {

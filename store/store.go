@@ -489,7 +489,7 @@ func (s *Store) ChangesSince(ctx context.Context, rev uint64, limit int) ([]Chan
 		c := tx.Bucket(bucketChangelog).Cursor()
 		want := rev + 1
 		for k, v := c.Seek(be64(want)); k != nil && uint64(len(out)) < n; k, v = c.Next() {
-			if got := binary.BigEndian.Uint64(k); len(k) != 8 || got != want {
+			if len(k) != 8 || binary.BigEndian.Uint64(k) != want {
 				return fmt.Errorf("%w: changelog has revision %x where %d was expected", ErrCorrupt, k, want)
 			}
 			cs, err := decodeEntry(want, v, in)

@@ -1143,3 +1143,24 @@ func TestSum256Carry(t *testing.T) {
 		t.Fatalf("adding then subtracting 100 hashes in another order left %v", acc)
 	}
 }
+
+// TestWatchNotWokenByNoop: batches that make no revision, including one that
+// records an idempotency key, do not wake watchers; a real commit does.
+func TestWatchNotWokenByNoop(t *testing.T) {
+	s := openT(t, Options{NoSync: true})
+	apply(t, s, up(vp("a"), "A"))
+	_, ch := s.Watch()
+	mustApply(t, s, Batch{Changes: []Change{up(vp("a"), "A")}})
+	mustApply(t, s, Batch{Changes: []Change{del(vp("zz"))}, IdempotencyKey: "noop"})
+	select {
+	case <-ch:
+		t.Fatal("a no-op batch woke the watchers")
+	default:
+	}
+	apply(t, s, up(vp("a"), "B"))
+	select {
+	case <-ch:
+	default:
+		t.Fatal("a commit did not wake the watchers")
+	}
+}

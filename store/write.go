@@ -167,8 +167,13 @@ func (s *Store) Apply(ctx context.Context, b Batch, validate ValidateFunc) (Comm
 			if err := putIdem(tx, b.IdempotencyKey, rec); err != nil {
 				return Commit{}, err
 			}
-			if err := s.finish(ctx, tx, m, "", nil, false); err != nil {
+			// Only the record is written: commit without publishing, as the
+			// revision does not move and watchers must not wake.
+			if err := ctx.Err(); err != nil {
 				return Commit{}, err
+			}
+			if err := tx.Commit(); err != nil {
+				return Commit{}, fmt.Errorf("store: commit idempotency record: %w", err)
 			}
 		}
 		return c, nil

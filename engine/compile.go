@@ -122,14 +122,19 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 		})
 	}
 	ps.exceptions = excs
-	for _, p := range pols {
-		e := &entry{policy: p}
-		for _, ex := range excs {
-			if ex.References(p.Kind, p.Name) {
-				e.exceptions = append(e.exceptions, ex)
+	// Bind exceptions to the policies they name (exact kind and name).
+	byRef := map[PolicyRef][]*Exception{}
+	for _, ex := range excs {
+		seenRef := map[PolicyRef]bool{}
+		for _, r := range ex.Spec.PolicyRefs {
+			if !seenRef[r] {
+				seenRef[r] = true
+				byRef[r] = append(byRef[r], ex)
 			}
 		}
-		ps.entries = append(ps.entries, e)
+	}
+	for _, p := range pols {
+		ps.entries = append(ps.entries, &entry{policy: p, exceptions: byRef[PolicyRef{Name: p.Name, Kind: p.Kind}]})
 	}
 	ps.index()
 	return ps, nil

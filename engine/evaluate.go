@@ -147,11 +147,11 @@ type evalRequest struct {
 	ctx             context.Context
 	req             *Request
 	now             time.Time
-	object          ref.Val
-	oldObject       ref.Val
-	request         ref.Val
+	object          any
+	oldObject       any
+	request         any
 	namespaceObject map[string]any
-	namespaceVal    ref.Val
+	namespaceVal    any
 	libCtx          kyvernocel.Context
 	shared          map[string]bool
 	// memo holds results of request-pure expressions, by canonical form.
@@ -165,14 +165,14 @@ func newEvalRequest(ctx context.Context, ps *PolicySet, req *Request) *evalReque
 	}
 	rq.object = toVal(req.Object)
 	rq.oldObject = toVal(req.OldObject)
-	rq.request = types.DefaultTypeAdapter.NativeToValue(req.requestValue())
+	rq.request = req.requestValue()
 	ns := req.NamespaceObject
 	if ns == nil && req.Namespace != "" {
 		ns = ps.namespaces[req.Namespace]
 	}
 	rq.namespaceObject = ns
 	if ns != nil && req.Namespace != "" && !(req.Resource.Resource == "namespaces" && req.Resource.Group == "") {
-		rq.namespaceVal = types.DefaultTypeAdapter.NativeToValue(ns)
+		rq.namespaceVal = ns
 	} else {
 		rq.namespaceVal = types.NullValue
 	}
@@ -184,11 +184,13 @@ func newEvalRequest(ctx context.Context, ps *PolicySet, req *Request) *evalReque
 	return rq
 }
 
-func toVal(m map[string]any) ref.Val {
+// toVal returns the activation value of an object: the JSON-shaped map
+// itself (cel-go qualifies Go maps without converting them), or null.
+func toVal(m map[string]any) any {
 	if m == nil {
 		return types.NullValue
 	}
-	return types.DefaultTypeAdapter.NativeToValue(m)
+	return m
 }
 
 // evalPolicy evaluates one policy; ok is false when it does not apply.

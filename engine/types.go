@@ -36,16 +36,16 @@ type ValidatingPolicyStatus struct {
 
 // ValidatingPolicySpec is the spec of a ValidatingPolicy.
 type ValidatingPolicySpec struct {
-	MatchConstraints     *admissionregistrationv1.MatchResources      `json:"matchConstraints,omitempty"`
-	Validations          []admissionregistrationv1.Validation         `json:"validations,omitempty"`
-	FailurePolicy        *admissionregistrationv1.FailurePolicyType   `json:"failurePolicy,omitempty"`
-	AuditAnnotations     []admissionregistrationv1.AuditAnnotation    `json:"auditAnnotations,omitempty"`
-	MatchConditions      []admissionregistrationv1.MatchCondition     `json:"matchConditions,omitempty"`
-	Variables            []admissionregistrationv1.Variable           `json:"variables,omitempty"`
-	Autogen              *AutogenConfiguration                        `json:"autogen,omitempty"`
-	ValidationActions    []admissionregistrationv1.ValidationAction   `json:"validationActions,omitempty"`
-	WebhookConfiguration *WebhookConfiguration                        `json:"webhookConfiguration,omitempty"`
-	Evaluation           *EvaluationConfiguration                     `json:"evaluation,omitempty"`
+	MatchConstraints     *admissionregistrationv1.MatchResources    `json:"matchConstraints,omitempty"`
+	Validations          []admissionregistrationv1.Validation       `json:"validations,omitempty"`
+	FailurePolicy        *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
+	AuditAnnotations     []admissionregistrationv1.AuditAnnotation  `json:"auditAnnotations,omitempty"`
+	MatchConditions      []admissionregistrationv1.MatchCondition   `json:"matchConditions,omitempty"`
+	Variables            []admissionregistrationv1.Variable         `json:"variables,omitempty"`
+	Autogen              *AutogenConfiguration                      `json:"autogen,omitempty"`
+	ValidationActions    []admissionregistrationv1.ValidationAction `json:"validationActions,omitempty"`
+	WebhookConfiguration *WebhookConfiguration                      `json:"webhookConfiguration,omitempty"`
+	Evaluation           *EvaluationConfiguration                   `json:"evaluation,omitempty"`
 }
 
 // AutogenConfiguration is spec.autogen.

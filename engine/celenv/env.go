@@ -92,7 +92,7 @@ func Default() (*Env, error) {
 func New() (*Env, error) {
 	var e Env
 	for _, c := range []struct {
-		dst                  **cel.Env
+		dst                   **cel.Env
 		namespaced, forPolicy bool
 	}{
 		{&e.cluster, false, true},

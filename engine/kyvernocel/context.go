@@ -245,10 +245,12 @@ type resourceValue struct {
 func (v *resourceValue) ConvertToNative(t reflect.Type) (any, error) {
 	return nil, convErr(ResourceContextType, t)
 }
-func (v *resourceValue) ConvertToType(t ref.Type) ref.Val { return convertOpaque(v, ResourceContextType, t) }
-func (v *resourceValue) Equal(o ref.Val) ref.Val          { return equalOpaque(v, o) }
-func (v *resourceValue) Type() ref.Type                   { return ResourceContextType }
-func (v *resourceValue) Value() any                       { return v }
+func (v *resourceValue) ConvertToType(t ref.Type) ref.Val {
+	return convertOpaque(v, ResourceContextType, t)
+}
+func (v *resourceValue) Equal(o ref.Val) ref.Val { return equalOpaque(v, o) }
+func (v *resourceValue) Type() ref.Type          { return ResourceContextType }
+func (v *resourceValue) Value() any              { return v.c }
 
 type httpValue struct {
 	ctx context.Context
@@ -261,7 +263,7 @@ func (v *httpValue) ConvertToNative(t reflect.Type) (any, error) {
 func (v *httpValue) ConvertToType(t ref.Type) ref.Val { return convertOpaque(v, HTTPContextType, t) }
 func (v *httpValue) Equal(o ref.Val) ref.Val          { return equalOpaque(v, o) }
 func (v *httpValue) Type() ref.Type                   { return HTTPContextType }
-func (v *httpValue) Value() any                       { return v }
+func (v *httpValue) Value() any                       { return v.c }
 
 type globalContextValue struct {
 	ctx context.Context
@@ -276,7 +278,7 @@ func (v *globalContextValue) ConvertToType(t ref.Type) ref.Val {
 }
 func (v *globalContextValue) Equal(o ref.Val) ref.Val { return equalOpaque(v, o) }
 func (v *globalContextValue) Type() ref.Type          { return GlobalContextType }
-func (v *globalContextValue) Value() any              { return v }
+func (v *globalContextValue) Value() any              { return v.c }
 
 type imageDataValue struct {
 	ctx context.Context
@@ -291,7 +293,7 @@ func (v *imageDataValue) ConvertToType(t ref.Type) ref.Val {
 }
 func (v *imageDataValue) Equal(o ref.Val) ref.Val { return equalOpaque(v, o) }
 func (v *imageDataValue) Type() ref.Type          { return ImageDataContextType }
-func (v *imageDataValue) Value() any              { return v }
+func (v *imageDataValue) Value() any              { return v.c }
 
 func convertOpaque(v ref.Val, own *types.Type, t ref.Type) ref.Val {
 	switch t {

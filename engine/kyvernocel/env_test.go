@@ -1,7 +1,11 @@
 package kyvernocel
 
 import (
+	"sync"
 	"testing"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/ext"
@@ -61,4 +65,45 @@ func TestEnvBuilds(t *testing.T) {
 			}
 		}
 	}
+}
+
+var (
+	testEnvsMu sync.Mutex
+	testEnvs   = map[bool]*cel.Env{}
+)
+
+// cachedEnv returns a shared test environment (building one takes ~100ms).
+func cachedEnv(t testing.TB, namespaced bool) *cel.Env {
+	t.Helper()
+	testEnvsMu.Lock()
+	defer testEnvsMu.Unlock()
+	if env, ok := testEnvs[namespaced]; ok {
+		return env
+	}
+	env := newTestEnv(t, Options{Namespaced: namespaced})
+	testEnvs[namespaced] = env
+	return env
+}
+
+// evalExpr compiles and evaluates expr; a compile error is returned as error,
+// an evaluation error as a *types.Err value.
+func evalExpr(t testing.TB, namespaced bool, expr string, act map[string]any) (ref.Val, error) {
+	t.Helper()
+	env := cachedEnv(t, namespaced)
+	ast, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	prg, err := env.Program(ast)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := act["object"]; !ok {
+		act["object"] = map[string]any{}
+	}
+	out, _, err := prg.Eval(act)
+	if err != nil {
+		return types.WrapErr(err), nil
+	}
+	return out, nil
 }

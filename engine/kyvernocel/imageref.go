@@ -1,6 +1,7 @@
 package kyvernocel
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"reflect"
@@ -36,19 +37,19 @@ func imageRefFunctions() []cel.EnvOption {
 				cel.UnaryBinding(isImage))),
 		cel.Function("containsDigest",
 			cel.MemberOverload("image_contains_digest", []*cel.Type{ImageType}, cel.BoolType,
-				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.Bool(r.isDigest && r.digest != "") })))),
+				cel.UnaryBinding(imageMember(func(r *ImageReference) ref.Val { return types.Bool(r.isDigest && r.digest != "") })))),
 		cel.Function("registry",
 			cel.MemberOverload("image_registry", []*cel.Type{ImageType}, cel.StringType,
-				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.String(r.registry) })))),
+				cel.UnaryBinding(imageMember(func(r *ImageReference) ref.Val { return types.String(r.registry) })))),
 		cel.Function("repository",
 			cel.MemberOverload("image_repository", []*cel.Type{ImageType}, cel.StringType,
-				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.String(r.RepositoryStr()) })))),
+				cel.UnaryBinding(imageMember(func(r *ImageReference) ref.Val { return types.String(r.RepositoryStr()) })))),
 		cel.Function("identifier",
 			cel.MemberOverload("image_identifier", []*cel.Type{ImageType}, cel.StringType,
-				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.String(r.identifierWithTag()) })))),
+				cel.UnaryBinding(imageMember(func(r *ImageReference) ref.Val { return types.String(r.identifierWithTag()) })))),
 		cel.Function("identifierWithSeparator",
 			cel.MemberOverload("image_identifier_with_separator", []*cel.Type{ImageType}, cel.StringType,
-				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val {
+				cel.UnaryBinding(imageMember(func(r *ImageReference) ref.Val {
 					if r.isDigest {
 						return types.String("@" + r.digest)
 					}
@@ -56,10 +57,10 @@ func imageRefFunctions() []cel.EnvOption {
 				})))),
 		cel.Function("tag",
 			cel.MemberOverload("image_tag", []*cel.Type{ImageType}, cel.StringType,
-				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val { return types.String(r.Tag()) })))),
+				cel.UnaryBinding(imageMember(func(r *ImageReference) ref.Val { return types.String(r.Tag()) })))),
 		cel.Function("digest",
 			cel.MemberOverload("image_digest", []*cel.Type{ImageType}, cel.StringType,
-				cel.UnaryBinding(imageMember(func(r *imageRef) ref.Val {
+				cel.UnaryBinding(imageMember(func(r *ImageReference) ref.Val {
 					if r.isDigest {
 						return types.String(r.digest)
 					}
@@ -68,13 +69,13 @@ func imageRefFunctions() []cel.EnvOption {
 	}
 }
 
-func imageMember(f func(*imageRef) ref.Val) func(ref.Val) ref.Val {
+func imageMember(f func(*ImageReference) ref.Val) func(ref.Val) ref.Val {
 	return func(arg ref.Val) ref.Val {
-		r, ok := arg.(*imageRef)
+		r, ok := arg.(imageVal)
 		if !ok {
 			return types.MaybeNoSuchOverloadErr(arg)
 		}
-		return f(r)
+		return f(r.ref)
 	}
 }
 
@@ -87,7 +88,7 @@ func stringToImage(arg ref.Val) ref.Val {
 	if err != nil {
 		return types.WrapErr(err)
 	}
-	return r
+	return imageVal{r}
 }
 
 func isImage(arg ref.Val) ref.Val {
@@ -99,9 +100,9 @@ func isImage(arg ref.Val) ref.Val {
 	return types.Bool(err == nil)
 }
 
-// imageRef is a parsed image reference: go-containerregistry's name.Tag or
-// name.Digest, flattened. It is also the CEL value of kyverno.image.
-type imageRef struct {
+// ImageReference is a parsed image reference: go-containerregistry's name.Tag
+// or name.Digest, flattened. It is the Go value of a CEL kyverno.image.
+type ImageReference struct {
 	registry   string // never empty: defaulted, docker.io rewritten to index.docker.io
 	repository string // as written (without the implicit "library/")
 	tag        string // name.Tag: the tag, defaulted to latest
@@ -123,7 +124,7 @@ const (
 // go-containerregistry's name.ParseReference does with default options (as
 // Kyverno's parseImageReference does). The error is "could not parse
 // reference: <s>".
-func ParseImageReference(s string) (*imageRef, error) {
+func ParseImageReference(s string) (*ImageReference, error) {
 	if t, err := newTag(s); err == nil {
 		return t, nil
 	}
@@ -134,7 +135,7 @@ func ParseImageReference(s string) (*imageRef, error) {
 }
 
 // RepositoryStr is the repository with Docker Hub's implicit "library/".
-func (r *imageRef) RepositoryStr() string {
+func (r *ImageReference) RepositoryStr() string {
 	if !strings.ContainsRune(r.repository, '/') && r.registry == defaultRegistry {
 		return defaultNamespace + "/" + r.repository
 	}
@@ -142,12 +143,12 @@ func (r *imageRef) RepositoryStr() string {
 }
 
 // repositoryName is name.Repository.Name(): registry/repository.
-func (r *imageRef) repositoryName() string {
+func (r *ImageReference) repositoryName() string {
 	return r.registry + "/" + r.RepositoryStr()
 }
 
 // Identifier is name.Reference.Identifier(): the tag or the digest.
-func (r *imageRef) Identifier() string {
+func (r *ImageReference) Identifier() string {
 	if r.isDigest {
 		return r.digest
 	}
@@ -155,11 +156,11 @@ func (r *imageRef) Identifier() string {
 }
 
 // String is the reference as written.
-func (r *imageRef) String() string { return r.original }
+func (r *ImageReference) String() string { return r.original }
 
 // Tag is Kyverno's tag(): the tag of a tag reference, or the tag written
 // before the digest of a repo:tag@digest reference ("" when there is none).
-func (r *imageRef) Tag() string {
+func (r *ImageReference) Tag() string {
 	if !r.isDigest {
 		return r.tag
 	}
@@ -168,7 +169,7 @@ func (r *imageRef) Tag() string {
 
 // identifierWithTag is Kyverno's identifier(): Identifier(), except that a
 // repo:tag@digest reference gives "tag@digest".
-func (r *imageRef) identifierWithTag() string {
+func (r *ImageReference) identifierWithTag() string {
 	if r.isDigest {
 		if tag := tagFromTaggedDigestReference(r.original); tag != "" {
 			return tag + "@" + r.digest
@@ -237,7 +238,7 @@ func newRepository(name string) (registry, repo string, err error) {
 	return registry, repo, nil
 }
 
-func newTag(name string) (*imageRef, error) {
+func newTag(name string) (*ImageReference, error) {
 	base, tag := name, ""
 	if i := strings.LastIndexByte(name, ':'); i >= 0 && !strings.Contains(name[i+1:], "/") {
 		base, tag = name[:i], name[i+1:]
@@ -256,10 +257,10 @@ func newTag(name string) (*imageRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &imageRef{registry: registry, repository: repo, tag: tag, original: name}, nil
+	return &ImageReference{registry: registry, repository: repo, tag: tag, original: name}, nil
 }
 
-func newDigest(name string) (*imageRef, error) {
+func newDigest(name string) (*ImageReference, error) {
 	parts := strings.Split(name, "@")
 	if len(parts) != 2 {
 		return nil, fmt.Errorf("a digest must contain exactly one '@' separator (e.g. registry/repository@digest) saw: %s", name)
@@ -284,47 +285,66 @@ func newDigest(name string) (*imageRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &imageRef{registry: registry, repository: repo, digest: dig, isDigest: true, original: name}, nil
+	return &ImageReference{registry: registry, repository: repo, digest: dig, isDigest: true, original: name}, nil
 }
+
+// Registry is the registry ("index.docker.io" when none is written).
+func (r *ImageReference) Registry() string { return r.registry }
+
+// IsDigest reports whether the reference is by digest.
+func (r *ImageReference) IsDigest() bool { return r.isDigest }
+
+// Digest is the digest of a digest reference ("" otherwise).
+func (r *ImageReference) Digest() string {
+	if r.isDigest {
+		return r.digest
+	}
+	return ""
+}
+
+// MarshalJSON encodes the reference as written, as go-containerregistry's
+// references do (json.marshal(image(x)) is "x" quoted).
+func (r *ImageReference) MarshalJSON() ([]byte, error) { return json.Marshal(r.original) }
 
 // ---- ref.Val ----
 
-var imageRefGoType = reflect.TypeFor[*imageRef]()
+// imageVal is the CEL value of a kyverno.image.
+type imageVal struct{ ref *ImageReference }
+
+var imageRefGoType = reflect.TypeFor[*ImageReference]()
 
 // ConvertToNative converts to the reference itself or to its string form.
-func (r *imageRef) ConvertToNative(t reflect.Type) (any, error) {
+func (v imageVal) ConvertToNative(t reflect.Type) (any, error) {
 	switch {
 	case t == imageRefGoType:
-		return r, nil
+		return v.ref, nil
 	case t == stringType:
-		return r.original, nil
+		return v.ref.original, nil
 	}
 	return nil, fmt.Errorf("type conversion error from 'Image' to '%v'", t)
 }
 
-// ConvertToType implements ref.Val.
-func (r *imageRef) ConvertToType(t ref.Type) ref.Val {
-	switch t {
-	case ImageType:
-		return r
-	case types.TypeType:
-		return ImageType
+// ConvertToType implements ref.Val. As in Kyverno, only the conversion to
+// kyverno.image itself succeeds (so type(image(x)) is an error).
+func (v imageVal) ConvertToType(t ref.Type) ref.Val {
+	if t == ImageType {
+		return v
 	}
 	return types.NewErr("type conversion error from '%s' to '%s'", ImageType, t)
 }
 
 // Equal is true when both references parsed from the same string (Kyverno
 // compares the parsed go-containerregistry values, which keep that string).
-func (r *imageRef) Equal(other ref.Val) ref.Val {
-	o, ok := other.(*imageRef)
+func (v imageVal) Equal(other ref.Val) ref.Val {
+	o, ok := other.(imageVal)
 	if !ok {
 		return types.MaybeNoSuchOverloadErr(other)
 	}
-	return types.Bool(*r == *o)
+	return types.Bool(*v.ref == *o.ref)
 }
 
 // Type implements ref.Val.
-func (r *imageRef) Type() ref.Type { return ImageType }
+func (v imageVal) Type() ref.Type { return ImageType }
 
-// Value implements ref.Val.
-func (r *imageRef) Value() any { return r }
+// Value is the *ImageReference.
+func (v imageVal) Value() any { return v.ref }

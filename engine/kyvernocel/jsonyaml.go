@@ -188,7 +188,7 @@ func (o jsonObject) Equal(other ref.Val) ref.Val {
 	return types.MaybeNoSuchOverloadErr(other)
 }
 func (jsonObject) Type() ref.Type { return JSONType }
-func (o jsonObject) Value() any   { return o }
+func (jsonObject) Value() any     { return struct{}{} }
 
 type yamlObject struct{}
 
@@ -203,4 +203,4 @@ func (o yamlObject) Equal(other ref.Val) ref.Val {
 	return types.MaybeNoSuchOverloadErr(other)
 }
 func (yamlObject) Type() ref.Type { return YAMLType }
-func (o yamlObject) Value() any   { return o }
+func (yamlObject) Value() any     { return struct{}{} }

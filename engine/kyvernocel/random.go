@@ -89,9 +89,9 @@ func newRegexGen(re *syntax.Regexp) (regexGen, error) {
 	case syntax.OpAnyChar:
 		return func(b *strings.Builder) { b.WriteRune(rune(rand.Int32())) }, nil
 	case syntax.OpAnyCharNotNL:
-		return charClassGen([]rune{1, math.MaxInt32}), nil
+		return charClassGen([]rune{1, math.MaxInt32})
 	case syntax.OpCharClass:
-		return charClassGen(re.Rune), nil
+		return charClassGen(re.Rune)
 	case syntax.OpQuest:
 		return repeatGen(re, 0, 1)
 	case syntax.OpStar:
@@ -150,7 +150,7 @@ func repeatGen(re *syntax.Regexp, lo, hi int) (regexGen, error) {
 	}, nil
 }
 
-func charClassGen(pairs []rune) regexGen {
+func charClassGen(pairs []rune) (regexGen, error) {
 	type span struct {
 		start rune
 		size  int32
@@ -170,7 +170,8 @@ func charClassGen(pairs []rune) regexGen {
 		total += end - start + 1
 	}
 	if total <= 0 {
-		return func(*strings.Builder) {}
+		// goregen panics here (rand.Int31n(0)); Kyverno reports the panic.
+		return nil, fmt.Errorf("invalid argument to Int31n")
 	}
 	return func(b *strings.Builder) {
 		i := rand.Int32N(total)
@@ -181,7 +182,7 @@ func charClassGen(pairs []rune) regexGen {
 			}
 			i -= s.size
 		}
-	}
+	}, nil
 }
 
 func opName(op syntax.Op) string {

@@ -865,6 +865,70 @@ func (x *DecideResponse) GetDecisionId() string {
 	return ""
 }
 
+// RevisionInfo is the error detail of FAILED_PRECONDITION when a replica has
+// not reached the requested min_revision (and of write conflicts): the
+// revision and digest it is at.
+type RevisionInfo struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Revision uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest   string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	// The primary's address, when the replica is a follower.
+	Primary       string `protobuf:"bytes,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevisionInfo) Reset() {
+	*x = RevisionInfo{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevisionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevisionInfo) ProtoMessage() {}
+
+func (x *RevisionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevisionInfo.ProtoReflect.Descriptor instead.
+func (*RevisionInfo) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevisionInfo) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RevisionInfo) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *RevisionInfo) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
 var File_arbiter_v1_decision_proto protoreflect.FileDescriptor
 
 const file_arbiter_v1_decision_proto_rawDesc = "" +
@@ -950,7 +1014,11 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"decisionId\x1aC\n" +
 	"\x15AuditAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x7f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
+	"\fRevisionInfo\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary*\x7f\n" +
 	"\tOperation\x12\x19\n" +
 	"\x15OPERATION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OPERATION_CREATE\x10\x01\x12\x14\n" +
@@ -977,7 +1045,7 @@ func file_arbiter_v1_decision_proto_rawDescGZIP() []byte {
 }
 
 var file_arbiter_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_arbiter_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_arbiter_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_arbiter_v1_decision_proto_goTypes = []any{
 	(Operation)(0),               // 0: arbiter.v1.Operation
 	(Mode)(0),                    // 1: arbiter.v1.Mode
@@ -989,25 +1057,26 @@ var file_arbiter_v1_decision_proto_goTypes = []any{
 	(*PolicyResult)(nil),         // 7: arbiter.v1.PolicyResult
 	(*Status)(nil),               // 8: arbiter.v1.Status
 	(*DecideResponse)(nil),       // 9: arbiter.v1.DecideResponse
-	nil,                          // 10: arbiter.v1.UserInfo.ExtraEntry
-	nil,                          // 11: arbiter.v1.PolicyResult.PropertiesEntry
-	nil,                          // 12: arbiter.v1.DecideResponse.AuditAnnotationsEntry
-	(*structpb.Struct)(nil),      // 13: google.protobuf.Struct
+	(*RevisionInfo)(nil),         // 10: arbiter.v1.RevisionInfo
+	nil,                          // 11: arbiter.v1.UserInfo.ExtraEntry
+	nil,                          // 12: arbiter.v1.PolicyResult.PropertiesEntry
+	nil,                          // 13: arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	(*structpb.Struct)(nil),      // 14: google.protobuf.Struct
 }
 var file_arbiter_v1_decision_proto_depIdxs = []int32{
-	10, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
-	13, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
-	13, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
+	11, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
+	14, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
+	14, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
 	0,  // 3: arbiter.v1.DecideRequest.operation:type_name -> arbiter.v1.Operation
 	2,  // 4: arbiter.v1.DecideRequest.kind:type_name -> arbiter.v1.GroupVersionKind
 	3,  // 5: arbiter.v1.DecideRequest.resource:type_name -> arbiter.v1.GroupVersionResource
 	4,  // 6: arbiter.v1.DecideRequest.user_info:type_name -> arbiter.v1.UserInfo
-	13, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
+	14, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
 	1,  // 8: arbiter.v1.DecideRequest.mode:type_name -> arbiter.v1.Mode
-	13, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
-	11, // 10: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
+	14, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
+	12, // 10: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
 	7,  // 11: arbiter.v1.DecideResponse.results:type_name -> arbiter.v1.PolicyResult
-	12, // 12: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	13, // 12: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
 	8,  // 13: arbiter.v1.DecideResponse.status:type_name -> arbiter.v1.Status
 	5,  // 14: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
 	6,  // 15: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
@@ -1030,7 +1099,7 @@ func file_arbiter_v1_decision_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_v1_decision_proto_rawDesc), len(file_arbiter_v1_decision_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/engine"
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/server"
+)
+
+type decideOptions struct {
+	file        string
+	oldFile     string
+	server      string
+	minRevision uint64
+	operation   string
+	mode        string
+	user        string
+	groups      []string
+	namespace   string
+	dryRun      bool
+	output      string
+	timeout     time.Duration
+}
+
+// decisionOutput is what `decide -o json` prints.
+type decisionOutput struct {
+	Allowed          bool              `json:"allowed"`
+	Warnings         []string          `json:"warnings"`
+	Results          []resultOutput    `json:"results"`
+	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
+	Message          string            `json:"message,omitempty"`
+	Revision         uint64            `json:"revision"`
+	Digest           string            `json:"digest,omitempty"`
+	DecisionID       string            `json:"decisionId,omitempty"`
+}
+
+type resultOutput struct {
+	Policy     string            `json:"policy"`
+	PolicyKind string            `json:"policyKind,omitempty"`
+	Rule       string            `json:"rule"`
+	Result     string            `json:"result"`
+	Message    string            `json:"message"`
+	Properties map[string]string `json:"properties"`
+	Exceptions []string          `json:"exceptions,omitempty"`
+	Actions    []string          `json:"actions,omitempty"`
+}
+
+func newDecideCommand() *cobra.Command {
+	var o decideOptions
+	cmd := &cobra.Command{
+		Use:   "decide -f RESOURCE [--server ADDR [--min-revision N]] [PATH...]",
+		Short: "Decide one admission request, locally on the policies under PATH or on a server",
+		Long: `Decide one admission request for the object in RESOURCE.
+
+With --server the decision is made by the Arbiter server at ADDR, at its
+current revision (or at least --min-revision). Without it, the policies,
+exceptions and Namespaces under PATH are compiled and evaluated locally.
+
+Exit status: 0 when allowed, 1 when denied, 2 on bad input or an unreachable server.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runDecide(cmd.Context(), cmd.OutOrStdout(), args, &o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.file, "file", "f", "", "the object to decide on (YAML or JSON; - for stdin)")
+	f.StringVar(&o.oldFile, "old", "", "the existing object, for UPDATE and DELETE")
+	f.StringVar(&o.server, "server", "", "ask the Arbiter server at ADDR")
+	f.Uint64Var(&o.minRevision, "min-revision", 0, "with --server: the smallest revision the decision may be made at")
+	f.StringVar(&o.operation, "operation", "CREATE", "admission operation: CREATE, UPDATE, DELETE, CONNECT")
+	f.StringVar(&o.mode, "mode", "admission", "admission or background")
+	f.StringVar(&o.user, "user", "", "requesting user name")
+	f.StringArrayVar(&o.groups, "group", nil, "requesting user's group (repeatable)")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the request (default: the object's, or default)")
+	f.BoolVar(&o.dryRun, "dry-run", false, "mark the request as a dry run")
+	f.StringVarP(&o.output, "output", "o", "table", "output: table, json or yaml")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "with --server: deadline of the call")
+	return cmd
+}
+
+func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if o.file == "" {
+		return exitWith(exitLoad, "-f RESOURCE is required")
+	}
+	switch o.output {
+	case "table", "json", "yaml":
+	default:
+		return exitWith(exitLoad, "-o: unknown output %q (table, json, yaml)", o.output)
+	}
+	obj, err := readOne(o.file)
+	if err != nil {
+		return err
+	}
+	var old *engine.Object
+	if o.oldFile != "" {
+		if old, err = readOne(o.oldFile); err != nil {
+			return err
+		}
+	}
+	mode, err := parseMode(o.mode, engine.ModeAdmission)
+	if err != nil {
+		return err
+	}
+	req, err := requestFor(obj, o.operation, mode)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		req.OldObject = old.Content
+	}
+	if o.namespace != "" {
+		req.Namespace = o.namespace
+	}
+	req.UserInfo = engine.UserInfo{Username: o.user, Groups: o.groups}
+	req.DryRun = o.dryRun
+
+	var resp *arbiterv1.DecideResponse
+	if o.server != "" {
+		if len(args) > 0 {
+			return exitWith(exitLoad, "with --server the policies are the server's: drop the PATH arguments")
+		}
+		c, err := client.Dial(ctx, o.server)
+		if err != nil {
+			return exitWith(exitLoad, "%v", err)
+		}
+		defer c.Close()
+		cctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		pr, err := protoRequest(req)
+		if err != nil {
+			return err
+		}
+		pr.MinRevision = o.minRevision
+		resp, err = c.Decide(cctx, pr)
+		if err != nil {
+			return exitWith(exitLoad, "%s", client.Describe(err))
+		}
+	} else {
+		if o.minRevision != 0 {
+			return exitWith(exitLoad, "--min-revision needs --server")
+		}
+		objs, err := readObjects(args...)
+		if err != nil {
+			return err
+		}
+		ps, err := compile(objs, engine.Options{})
+		if err != nil {
+			return err
+		}
+		resp = server.ResponseFromDecision(ps.Evaluate(ctx, req))
+	}
+	if err := writeDecision(out, o.output, resp); err != nil {
+		return err
+	}
+	if !resp.GetAllowed() {
+		return exitWith(exitDenied, "")
+	}
+	return nil
+}
+
+func readOne(path string) (*engine.Object, error) {
+	objs, err := readObjects(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) != 1 {
+		return nil, exitWith(exitLoad, "%s: want exactly one object, found %d", path, len(objs))
+	}
+	return objs[0], nil
+}
+
+func outputFromResponse(resp *arbiterv1.DecideResponse) decisionOutput {
+	out := decisionOutput{
+		Allowed:          resp.GetAllowed(),
+		Warnings:         resp.GetWarnings(),
+		AuditAnnotations: resp.GetAuditAnnotations(),
+		Message:          resp.GetStatus().GetMessage(),
+		Revision:         resp.GetRevision(),
+		Digest:           resp.GetDigest(),
+		DecisionID:       resp.GetDecisionId(),
+		Results:          []resultOutput{},
+	}
+	if out.Warnings == nil {
+		out.Warnings = []string{}
+	}
+	for _, r := range resp.GetResults() {
+		props := r.GetProperties()
+		if props == nil {
+			props = map[string]string{}
+		}
+		out.Results = append(out.Results, resultOutput{
+			Policy: r.GetPolicy(), PolicyKind: r.GetPolicyKind(), Rule: r.GetRule(), Result: r.GetResult(),
+			Message: r.GetMessage(), Properties: props, Exceptions: r.GetExceptions(), Actions: r.GetActions(),
+		})
+	}
+	return out
+}
+
+func writeDecision(w io.Writer, format string, resp *arbiterv1.DecideResponse) error {
+	out := outputFromResponse(resp)
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(out)
+	case "yaml":
+		b, err := yaml.Marshal(out)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	verdict := "ALLOWED"
+	if !out.Allowed {
+		verdict = "DENIED"
+	}
+	fmt.Fprintf(w, "%s (revision %d)\n", verdict, out.Revision)
+	if out.Message != "" {
+		fmt.Fprintf(w, "  %s\n", out.Message)
+	}
+	for _, wn := range out.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", wn)
+	}
+	if len(out.Results) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "POLICY\tRESULT\tMESSAGE")
+		for _, r := range out.Results {
+			p := r.Policy
+			if r.Rule != "" {
+				p += "/" + r.Rule
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p, r.Result, oneLine(r.Message))
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+// protoRequest converts an engine request to its wire form.
+func protoRequest(req *engine.Request) (*arbiterv1.DecideRequest, error) {
+	pr := &arbiterv1.DecideRequest{
+		Kind:        &arbiterv1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
+		Resource:    &arbiterv1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
+		SubResource: req.SubResource,
+		Name:        req.Name,
+		Namespace:   req.Namespace,
+		DryRun:      req.DryRun,
+		UserInfo:    &arbiterv1.UserInfo{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
+	}
+	var err error
+	if req.Object != nil {
+		if pr.ObjectJson, err = json.Marshal(req.Object); err != nil {
+			return nil, exitWith(exitLoad, "object: %v", err)
+		}
+	}
+	if req.OldObject != nil {
+		if pr.OldObjectJson, err = json.Marshal(req.OldObject); err != nil {
+			return nil, exitWith(exitLoad, "old object: %v", err)
+		}
+	}
+	switch strings.ToUpper(req.Operation) {
+	case engine.OpUpdate:
+		pr.Operation = arbiterv1.Operation_OPERATION_UPDATE
+	case engine.OpDelete:
+		pr.Operation = arbiterv1.Operation_OPERATION_DELETE
+	case engine.OpConnect:
+		pr.Operation = arbiterv1.Operation_OPERATION_CONNECT
+	default:
+		pr.Operation = arbiterv1.Operation_OPERATION_CREATE
+	}
+	if req.Mode == engine.ModeBackground {
+		pr.Mode = arbiterv1.Mode_MODE_BACKGROUND
+	} else {
+		pr.Mode = arbiterv1.Mode_MODE_ADMISSION
+	}
+	return pr, nil
+}

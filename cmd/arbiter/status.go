@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/arbiter-pdp/arbiter/client"
+)
+
+func newStatusCommand() *cobra.Command {
+	var (
+		addr    string
+		output  string
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status --server ADDR",
+		Short: "Show a replica's revision, digest, role and (on a primary) its followers' lag",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if addr == "" {
+				return exitWith(exitLoad, "--server is required")
+			}
+			return runStatus(cmd.Context(), cmd.OutOrStdout(), addr, output, timeout)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "server", "", "address of the replica")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "deadline of the call")
+	return cmd
+}
+
+func runStatus(ctx context.Context, out io.Writer, addr, output string, timeout time.Duration) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		return exitWith(exitLoad, "%v", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return exitWith(exitLoad, "%s", client.Describe(err))
+	}
+	role := strings.ToLower(strings.TrimPrefix(st.GetRole().String(), "ROLE_"))
+	if output == "json" {
+		followers := []map[string]any{}
+		for _, f := range st.GetFollowers() {
+			followers = append(followers, map[string]any{
+				"replicaId": f.GetReplicaId(), "address": f.GetAddress(), "ackedRevision": f.GetAckedRevision(),
+				"ackedDigest": f.GetAckedDigest(), "lagRevisions": f.GetLagRevisions(), "lagSeconds": f.GetLagSeconds(),
+				"connected": f.GetConnected(),
+			})
+		}
+		return json.NewEncoder(out).Encode(map[string]any{
+			"revision": st.GetRevision(), "digest": st.GetDigest(), "role": role, "primary": st.GetPrimary(),
+			"serving": st.GetServing(), "objects": st.GetObjects(), "policies": st.GetPolicies(),
+			"exceptions": st.GetExceptions(), "oldestRevision": st.GetOldestRevision(),
+			"followers": followers, "warnings": st.GetWarnings(),
+		})
+	}
+	fmt.Fprintf(out, "revision:   %d\ndigest:     %s\nrole:       %s\n", st.GetRevision(), st.GetDigest(), role)
+	if st.GetPrimary() != "" {
+		fmt.Fprintf(out, "primary:    %s\n", st.GetPrimary())
+	}
+	fmt.Fprintf(out, "serving:    %v\nobjects:    %d (%d policies, %d exceptions)\n", st.GetServing(), st.GetObjects(), st.GetPolicies(), st.GetExceptions())
+	for _, w := range st.GetWarnings() {
+		fmt.Fprintf(out, "warning:    %s\n", w)
+	}
+	if len(st.GetFollowers()) > 0 {
+		fmt.Fprintln(out)
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FOLLOWER\tCONNECTED\tACKED\tLAG\tLAG SECONDS")
+		for _, f := range st.GetFollowers() {
+			fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%.1f\n", f.GetReplicaId(), f.GetConnected(), f.GetAckedRevision(), f.GetLagRevisions(), f.GetLagSeconds())
+		}
+		tw.Flush()
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+)
+
+// loadSet compiles the objects under paths.
+func loadSet(tb testing.TB, paths ...string) (*engine.PolicySet, []*engine.Object) {
+	tb.Helper()
+	docs, err := manifest.ReadPaths(nil, paths...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	objs := engine.FromDocuments(docs)
+	ps, err := engine.Compile(objs, engine.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ps, objs
+}
+
+func resourceNamed(tb testing.TB, objs []*engine.Object, name string) *engine.Object {
+	for _, o := range objs {
+		if o.Name == name && engine.Classify(o) == engine.ClassResource {
+			return o
+		}
+	}
+	tb.Fatalf("no resource %s", name)
+	return nil
+}
+
+// BenchmarkPodSecurity evaluates the 16 Pod Security ValidatingPolicies of
+// deploy/examples/pod-security on a compliant and a violating Pod (issue
+// budget: ≤ 50 µs per Pod), with and without 100 non-matching exceptions.
+func BenchmarkPodSecurity(b *testing.B) {
+	for _, set := range []struct {
+		name  string
+		paths []string
+	}{
+		{"policies", []string{"../deploy/examples/pod-security", "testdata/pss/compliant-pod.yaml", "testdata/pss/violating-pod.yaml"}},
+		{"policies+100exceptions", []string{"../deploy/examples/pod-security", "testdata/pss/compliant-pod.yaml", "testdata/pss/violating-pod.yaml", "testdata/pss/nomatch.yaml"}},
+	} {
+		ps, objs := loadSet(b, set.paths...)
+		for _, pod := range []string{"compliant-pod", "violating-pod"} {
+			o := resourceNamed(b, objs, pod)
+			b.Run(set.name+"/"+pod, func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					req := &engine.Request{Object: o.Content}
+					req.Fill()
+					d := ps.Evaluate(ctx, req)
+					if len(d.Results) != 16 {
+						b.Fatalf("%d results", len(d.Results))
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package server
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+)
+
+// RequestFromProto converts a DecideRequest to an engine request. Errors
+// name the offending field.
+func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
+	req := &engine.Request{
+		SubResource: in.GetSubResource(),
+		Name:        in.GetName(),
+		Namespace:   in.GetNamespace(),
+		DryRun:      in.GetDryRun(),
+	}
+	var err error
+	if req.Object, err = objectField("object", in.GetObjectJson(), in.GetObject()); err != nil {
+		return nil, err
+	}
+	if req.OldObject, err = objectField("old_object", in.GetOldObjectJson(), in.GetOldObject()); err != nil {
+		return nil, err
+	}
+	if ns := in.GetNamespaceObject(); ns != nil {
+		req.NamespaceObject = ns.AsMap()
+		normalizeNumbers(req.NamespaceObject)
+	}
+	if o := in.GetOptions(); o != nil {
+		req.Options = o.AsMap()
+	}
+	switch in.GetOperation() {
+	case arbiterv1.Operation_OPERATION_UNSPECIFIED, arbiterv1.Operation_OPERATION_CREATE:
+		req.Operation = engine.OpCreate
+	case arbiterv1.Operation_OPERATION_UPDATE:
+		req.Operation = engine.OpUpdate
+	case arbiterv1.Operation_OPERATION_DELETE:
+		req.Operation = engine.OpDelete
+	case arbiterv1.Operation_OPERATION_CONNECT:
+		req.Operation = engine.OpConnect
+	default:
+		return nil, fieldError("operation", fmt.Sprintf("unknown operation %v", in.GetOperation()))
+	}
+	switch in.GetMode() {
+	case arbiterv1.Mode_MODE_UNSPECIFIED, arbiterv1.Mode_MODE_ADMISSION:
+		req.Mode = engine.ModeAdmission
+	case arbiterv1.Mode_MODE_BACKGROUND:
+		req.Mode = engine.ModeBackground
+	default:
+		return nil, fieldError("mode", fmt.Sprintf("unknown mode %v", in.GetMode()))
+	}
+	if k := in.GetKind(); k != nil {
+		req.Kind = schema.GroupVersionKind{Group: k.GetGroup(), Version: k.GetVersion(), Kind: k.GetKind()}
+	}
+	if r := in.GetResource(); r != nil {
+		req.Resource = schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}
+	}
+	if u := in.GetUserInfo(); u != nil {
+		req.UserInfo = engine.UserInfo{Username: u.GetUsername(), UID: u.GetUid(), Groups: u.GetGroups()}
+		if len(u.GetExtra()) > 0 {
+			req.UserInfo.Extra = make(map[string][]string, len(u.GetExtra()))
+			for k, v := range u.GetExtra() {
+				req.UserInfo.Extra[k] = v.GetValues()
+			}
+		}
+	}
+	switch req.Operation {
+	case engine.OpCreate, engine.OpUpdate, engine.OpConnect:
+		if req.Object == nil {
+			return nil, fieldError("object", "required for "+req.Operation)
+		}
+	case engine.OpDelete:
+		if req.OldObject == nil {
+			return nil, fieldError("old_object", "required for DELETE")
+		}
+	}
+	req.Fill()
+	if req.Kind.Kind == "" {
+		return nil, fieldError("kind", "unknown: set kind, or apiVersion and kind in the object")
+	}
+	return req, nil
+}
+
+func objectField(name string, raw []byte, s *structpb.Struct) (map[string]any, error) {
+	if len(raw) > 0 {
+		m, err := manifest.DecodeJSON(raw)
+		if err != nil {
+			return nil, fieldError(name+"_json", err.Error())
+		}
+		return m, nil
+	}
+	if s == nil {
+		return nil, nil
+	}
+	m := s.AsMap()
+	normalizeNumbers(m)
+	return m, nil
+}
+
+// normalizeNumbers turns the float64 numbers of a protobuf Struct into
+// int64 where they are integral, as Kubernetes' JSON decoding does.
+func normalizeNumbers(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			t[k] = normalizeNumbers(e)
+		}
+	case []any:
+		for i, e := range t {
+			t[i] = normalizeNumbers(e)
+		}
+	case float64:
+		if t == float64(int64(t)) && t < 1<<53 && t > -(1<<53) {
+			return int64(t)
+		}
+	}
+	return v
+}
+
+// FieldError is a request field that is not acceptable.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
+
+func fieldError(field, detail string) error { return &FieldError{Field: field, Detail: detail} }
+
+// ResponseFromDecision converts an engine decision to a DecideResponse.
+func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
+	resp := &arbiterv1.DecideResponse{
+		Allowed:          d.Allowed,
+		Warnings:         d.Warnings,
+		AuditAnnotations: d.AuditAnnotations,
+		Results:          make([]*arbiterv1.PolicyResult, len(d.Results)),
+	}
+	for i := range d.Results {
+		r := &d.Results[i]
+		resp.Results[i] = &arbiterv1.PolicyResult{
+			Policy:     r.Policy,
+			PolicyKind: r.PolicyKind,
+			Rule:       r.Rule,
+			Result:     r.Result,
+			Message:    r.Message,
+			Properties: r.Properties,
+			Actions:    r.Actions,
+			Exceptions: r.Exceptions,
+			Source:     r.Source,
+			Scored:     r.Scored,
+			Category:   r.Category,
+			Severity:   r.Severity,
+		}
+	}
+	if !d.Allowed {
+		resp.Status = &arbiterv1.Status{Code: 400, Message: d.Message}
+	}
+	return resp
+}

@@ -1,0 +1,53 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/store"
+)
+
+// KeyOf returns the store key of an object.
+func KeyOf(o *engine.Object) store.Key {
+	return store.Key{Group: o.Group(), Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
+}
+
+// storable checks that an object may be stored: a policy, an exception or
+// an object policies refer to. Resources to evaluate are not stored.
+func storable(o *engine.Object) error {
+	if o.Name == "" {
+		return &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "metadata.name", Detail: "required"}
+	}
+	switch engine.Classify(o) {
+	case engine.ClassPolicy, engine.ClassException, engine.ClassNamespace:
+		return nil
+	case engine.ClassUnsupported:
+		return &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "kind",
+			Detail: fmt.Sprintf("unsupported kind %s (apiVersion %s)", o.Kind, o.APIVersion)}
+	}
+	return &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "kind",
+		Detail: fmt.Sprintf("%s is not a policy object: the store holds ValidatingPolicy, NamespacedValidatingPolicy, PolicyException and Namespace objects (evaluate resources with Decide, arbiter decide or arbiter apply)", o.Kind)}
+}
+
+// encodeObject renders an object as the canonical JSON the store keeps.
+func encodeObject(o *engine.Object) ([]byte, error) {
+	return json.Marshal(o.Content)
+}
+
+// decodeObject turns a stored object back into an engine object. Its
+// Version is the hash of the stored bytes, so the compiler reuses what it
+// compiled for unchanged objects.
+func decodeObject(key store.Key, value []byte) (*engine.Object, error) {
+	content, err := manifest.DecodeJSON(value)
+	if err != nil {
+		return nil, fmt.Errorf("stored object %s: %w", key, err)
+	}
+	o := engine.NewObject("store:"+key.String(), content)
+	sum := sha256.Sum256(value)
+	o.Version = hex.EncodeToString(sum[:])
+	return o, nil
+}

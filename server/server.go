@@ -1,0 +1,337 @@
+// Package server is where the store and the engine meet: it serves the gRPC
+// API (Decision, Sync, Query, health, reflection) from one immutable compiled
+// snapshot per store revision, swapped in atomically after each commit, and
+// runs the follower that keeps a replica in step with its primary.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/store"
+)
+
+// Config configures a server.
+type Config struct {
+	// DataDir holds the bbolt file (arbiter.db). Default ./data.
+	DataDir string
+	// KeepRevisions is how many revisions of history the store keeps for
+	// followers (older ones get a snapshot).
+	KeepRevisions int
+	// Follow is the address of the primary; empty for a primary.
+	Follow string
+	// ReplicaID names this replica to its primary (default: the listen address or host name).
+	ReplicaID string
+	// MaxLagRevisions and MaxLagDuration make a follower NOT_SERVING when it
+	// is this far behind its primary (0: no limit).
+	MaxLagRevisions uint64
+	MaxLagDuration  time.Duration
+	// MinRevisionWait bounds how long Decide waits for min_revision when the
+	// call has no deadline. Default 2s.
+	MinRevisionWait time.Duration
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+	// GRPCOptions are extra gRPC server options (credentials, limits).
+	GRPCOptions []grpc.ServerOption
+	// NoSync disables fsync of the store (tests only).
+	NoSync bool
+	// FollowDialOptions are extra gRPC dial options a follower uses to reach
+	// its primary (credentials).
+	FollowDialOptions []grpc.DialOption
+}
+
+// Server is an Arbiter replica.
+type Server struct {
+	arbiterv1.UnimplementedDecisionServiceServer
+	arbiterv1.UnimplementedQueryServiceServer
+	arbiterv1.UnimplementedSyncServiceServer
+
+	cfg      Config
+	log      *slog.Logger
+	store    *store.Store
+	compiler *engine.Compiler
+
+	snap   atomic.Pointer[Snapshot]
+	swapMu sync.Mutex
+	// writeMu serialises writes (bbolt has one writer; this keeps the
+	// compile-in-hook and swap of one write before the next).
+	writeMu sync.Mutex
+
+	grpc   *grpc.Server
+	health *health.Server
+
+	followers *followerTable
+	follower  *follower
+
+	closeOnce sync.Once
+	stop      context.CancelFunc
+	done      chan struct{}
+}
+
+// ServiceName is the health service name of the decision service.
+const ServiceName = "arbiter.v1.DecisionService"
+
+// New opens the store in cfg.DataDir, compiles its content and prepares the
+// gRPC server. It does not listen; call Serve.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = "data"
+	}
+	if cfg.MinRevisionWait == 0 {
+		cfg.MinRevisionWait = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	compiler, err := engine.NewCompiler()
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment: %w", err)
+	}
+	st, err := store.Open(filepath.Join(cfg.DataDir, "arbiter.db"), store.Options{KeepRevisions: cfg.KeepRevisions, NoSync: cfg.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("opening the store: %w", err)
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		store:     st,
+		compiler:  compiler,
+		followers: newFollowerTable(),
+		done:      make(chan struct{}),
+	}
+	if err := s.loadSnapshot(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(func(c codes.Code) logging.Level {
+			switch c {
+			case codes.OK, codes.Canceled, codes.NotFound, codes.InvalidArgument, codes.FailedPrecondition, codes.Aborted:
+				return logging.LevelDebug
+			case codes.Internal, codes.Unknown, codes.DataLoss:
+				return logging.LevelError
+			}
+			return logging.LevelWarn
+		}),
+	}
+	recoveryOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		s.log.ErrorContext(ctx, "panic in handler", "panic", p)
+		return status.Errorf(codes.Internal, "internal error")
+	})
+	opts := append([]grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(recoveryOpt), logging.UnaryServerInterceptor(logger, logOpts...)),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(recoveryOpt), logging.StreamServerInterceptor(logger, logOpts...)),
+	}, cfg.GRPCOptions...)
+	s.grpc = grpc.NewServer(opts...)
+	arbiterv1.RegisterDecisionServiceServer(s.grpc, s)
+	arbiterv1.RegisterQueryServiceServer(s.grpc, s)
+	arbiterv1.RegisterSyncServiceServer(s.grpc, s)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	if cfg.Follow != "" {
+		s.follower = newFollower(s, cfg.Follow)
+		go s.follower.run(runCtx)
+	} else {
+		s.setServing(true)
+	}
+	return s, nil
+}
+
+// loadSnapshot compiles the store's current content.
+func (s *Server) loadSnapshot(ctx context.Context) error {
+	start := time.Now()
+	snap, err := s.store.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the store: %w", err)
+	}
+	changes := make([]store.Change, len(snap.Objects))
+	for i, o := range snap.Objects {
+		changes[i] = store.Change{Op: store.OpUpsert, Key: o.Key, Value: o.Value}
+	}
+	objs, set, err := s.build(nil, changes)
+	if err != nil {
+		// The store only ever holds content that compiled; failing here
+		// means the engine changed under it. Say so loudly.
+		return fmt.Errorf("the stored content at revision %d no longer compiles: %w", snap.Revision, err)
+	}
+	s.swap(&Snapshot{Revision: snap.Revision, Digest: snap.Digest, Time: snap.Time, Set: set, objects: objs, next: make(chan struct{})})
+	s.log.Info("store loaded", "path", s.store.Path(), "revision", snap.Revision, "digest", snap.Digest,
+		"objects", len(objs), "policies", len(set.Policies()), "exceptions", len(set.Exceptions()), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// onSwap runs after every snapshot swap (under swapMu).
+func (s *Server) onSwap(next *Snapshot) {}
+
+func (s *Server) setServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	if s.health != nil {
+		s.health.SetServingStatus("", st)
+		s.health.SetServingStatus(ServiceName, st)
+	}
+}
+
+// Store returns the server's store.
+func (s *Server) Store() *store.Store { return s.store }
+
+// GRPCServer returns the gRPC server, to register more services.
+func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
+
+// Serve serves gRPC on lis until Shutdown.
+func (s *Server) Serve(lis net.Listener) error {
+	err := s.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown drains the server: health goes NOT_SERVING, in-flight calls
+// finish (bounded by ctx), then the store is closed.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.closeOnce.Do(func() {
+		s.health.Shutdown()
+		s.stop()
+		stopped := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			s.grpc.Stop()
+			<-stopped
+		}
+		if s.follower != nil {
+			<-s.follower.done
+		}
+		if err := s.store.Close(); err != nil {
+			s.log.Error("closing the store", "err", err)
+		}
+		close(s.done)
+	})
+}
+
+// Write applies a batch through the validated write path: the content that
+// would result is compiled first, and a batch that does not compile is
+// refused whole; otherwise it is committed and its snapshot swapped in.
+func (s *Server) Write(ctx context.Context, b store.Batch) (store.Commit, error) {
+	return s.writeWith(ctx, func(*Snapshot) (store.Batch, error) { return b, nil })
+}
+
+// writeWith is Write with the batch made from the current snapshot, under
+// the write lock (replace-all writes compute their deletes this way).
+func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.Batch, error)) (store.Commit, error) {
+	if s.cfg.Follow != "" {
+		return store.Commit{}, &NotPrimaryError{Primary: s.cfg.Follow}
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	base := s.snap.Load()
+	b, err := mk(base)
+	if err != nil {
+		return store.Commit{}, err
+	}
+	var next *Snapshot
+	commit, err := s.store.Apply(ctx, b, func(_ context.Context, p *store.Pending) error {
+		objs, set, err := s.build(base.objects, p.Changes())
+		if err != nil {
+			return err
+		}
+		next = &Snapshot{Revision: p.Revision(), Digest: p.Digest(), Set: set, objects: objs, next: make(chan struct{})}
+		return nil
+	})
+	if err != nil {
+		return commit, err
+	}
+	if next != nil && !commit.Unchanged && !commit.Replayed {
+		next.Time = commit.Time
+		s.swap(next)
+	}
+	return commit, nil
+}
+
+// NotPrimaryError is a write sent to a follower.
+type NotPrimaryError struct{ Primary string }
+
+func (e *NotPrimaryError) Error() string {
+	return fmt.Sprintf("this replica is a follower: send writes to the primary at %s", e.Primary)
+}
+
+// LoadObjects upserts objects in one write (serve --load).
+func (s *Server) LoadObjects(ctx context.Context, objs []*engine.Object) (store.Commit, error) {
+	b, err := upsertBatch(objs)
+	if err != nil {
+		return store.Commit{}, err
+	}
+	return s.Write(ctx, b)
+}
+
+func upsertBatch(objs []*engine.Object) (store.Batch, error) {
+	var b store.Batch
+	var errs engine.LoadErrors
+	seen := map[store.Key]string{}
+	for _, o := range objs {
+		if err := storable(o); err != nil {
+			var le *engine.LoadError
+			if errors.As(err, &le) {
+				errs = append(errs, le)
+				continue
+			}
+			return b, err
+		}
+		k := KeyOf(o)
+		if prev, dup := seen[k]; dup {
+			errs = append(errs, &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "metadata.name", Detail: "defined twice (also in " + prev + ")"})
+			continue
+		}
+		seen[k] = o.Source
+		v, err := encodeObject(o)
+		if err != nil {
+			return b, err
+		}
+		b.Changes = append(b.Changes, store.Change{Op: store.OpUpsert, Key: k, Value: v})
+	}
+	if len(errs) > 0 {
+		return b, errs
+	}
+	return b, nil
+}
+
+func (s *Server) isServing() bool {
+	resp, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: ServiceName})
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}

@@ -10,12 +10,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -72,10 +74,34 @@ func LoadContextFile(path string) (*ContextFile, error) {
 // ParseContextFile decodes a context file (YAML or JSON; the first document).
 func ParseContextFile(data []byte) (*ContextFile, error) {
 	var c ContextFile
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	if err := unmarshalStrict(data, &c); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// unmarshalStrict decodes YAML as the Kyverno CLI does (sigs.k8s.io/yaml
+// UnmarshalStrict: unknown and duplicate fields are errors), and when that
+// fails, says which fields, with their paths, when it can.
+func unmarshalStrict(data []byte, v any) error {
+	err := yaml.UnmarshalStrict(data, v)
+	if err == nil {
+		return nil
+	}
+	jsonData, jerr := yaml.YAMLToJSON(data)
+	if jerr != nil {
+		return err
+	}
+	fresh := reflect.New(reflect.TypeOf(v).Elem()).Interface()
+	strictErrs, serr := sigsjson.UnmarshalStrict(jsonData, fresh)
+	if serr == nil && len(strictErrs) > 0 {
+		msgs := make([]string, len(strictErrs))
+		for i, e := range strictErrs {
+			msgs[i] = e.Error()
+		}
+		return errors.New(strings.Join(msgs, ", "))
+	}
+	return err
 }
 
 // AddContextFile adds a context file's resources and images to s. Resources
@@ -133,7 +159,7 @@ func LoadClusterResourceFile(path string) (*ClusterResourceFile, error) {
 		return nil, err
 	}
 	var c ClusterResourceFile
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	if err := unmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &c, nil

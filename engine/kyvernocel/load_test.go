@@ -73,8 +73,8 @@ func TestLoadTestContextErrors(t *testing.T) {
 	}, {
 		name:  "context resource of an unknown kind",
 		test:  "context: ctx.yaml",
-		files: map[string]string{"ctx.yaml": "spec:\n  resources:\n  - apiVersion: example.com/v1\n    kind: Foo\n    metadata: {name: x, namespace: y}\n"},
-		want:  []string{"ctx.yaml: spec.resources[0] (Foo y/x): no matches for kind \"Foo\" in version \"example.com/v1\""},
+		files: map[string]string{"ctx.yaml": "spec:\n  resources:\n  - apiVersion: example.com/v1\n    kind: Foo\n    metadata: {name: x, namespace: ns1}\n"},
+		want:  []string{"ctx.yaml: spec.resources[0] (Foo ns1/x): no matches for kind \"Foo\" in version \"example.com/v1\""},
 	}, {
 		name:  "context image unknown field",
 		test:  "context: ctx.yaml",
@@ -156,7 +156,7 @@ func TestLoadTestContextErrors(t *testing.T) {
 		want: []string{`globalContextEntries entry "a" projection "p": path is required`},
 	}, {
 		name: "globalContextEntries bad jmespath",
-		test: "globalContextEntries:\n- {name: a, data: {x: 1}, projections: [{name: p, path: 'x[']}]}\n",
+		test: "globalContextEntries:\n- {name: a, data: {x: 1}, projections: [{name: p, path: 'x['}]}\n",
 		want: []string{`globalContextEntries "a" projection "p" path "x[": `},
 	}, {
 		name: "globalContextEntries kyverno jmespath function",

@@ -1,0 +1,229 @@
+package kyvernotest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// LoadError is a test suite that cannot be loaded. It names the file, the
+// test (the object) and the field.
+type LoadError struct {
+	// File is the file the problem is in (the test file, or an input it names).
+	File string
+	// Test names the test: `Test name` (or `Test #2` for an unnamed document).
+	Test string
+	// Field is the field path in the test, e.g. `policies[0]` or
+	// `results[3].operation`, or in the input file.
+	Field string
+	Err   error
+}
+
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	for _, s := range []string{e.File, e.Test, e.Field} {
+		if s != "" {
+			b.WriteString(s)
+			b.WriteString(": ")
+		}
+	}
+	if e.Err != nil {
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// TestDocument is one Test of a test file.
+type TestDocument struct {
+	// Path is the test file.
+	Path string
+	// Index is the 1-based position of the document in the file.
+	Index int
+	Test  *Test
+}
+
+// Ref names the test for messages: "Test name" or "Test #2".
+func (d *TestDocument) Ref() string {
+	if d.Test != nil && d.Test.ObjectMeta.Name != "" {
+		return "Test " + d.Test.ObjectMeta.Name
+	}
+	if d.Test != nil && d.Test.Name != "" {
+		return "Test " + d.Test.Name
+	}
+	return fmt.Sprintf("Test #%d", d.Index)
+}
+
+// SplitDocuments splits YAML into its non-empty documents, as Kyverno does
+// (documents holding only comments and blank lines are dropped).
+func SplitDocuments(data []byte) ([][]byte, error) {
+	var docs [][]byte
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		b, err := reader.Read()
+		if errors.Is(err, io.EOF) || len(b) == 0 {
+			break
+		}
+		if err != nil {
+			return docs, fmt.Errorf("unable to read yaml: %w", err)
+		}
+		if !isEmptyDocument(b) {
+			docs = append(docs, b)
+		}
+	}
+	return docs, nil
+}
+
+func isEmptyDocument(doc []byte) bool {
+	for _, line := range strings.Split(string(doc), "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") && line != "---" {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseTestFile decodes every Test of a test file. Decoding is strict: an
+// unknown or duplicate field is an error; so is the deprecated schema (no
+// apiVersion or kind, or the top-level `name`), which Kyverno refuses too.
+// Results must name a policy and use a PolicyReport result word; an
+// operation must be CREATE, UPDATE or DELETE.
+func ParseTestFile(file string, data []byte) ([]*TestDocument, error) {
+	raw, err := SplitDocuments(data)
+	if err != nil {
+		return nil, &LoadError{File: file, Err: err}
+	}
+	var out []*TestDocument
+	for i, doc := range raw {
+		d := &TestDocument{Path: file, Index: i + 1}
+		var t Test
+		if err := yaml.UnmarshalStrict(doc, &t); err != nil {
+			return nil, &LoadError{File: file, Test: d.Ref(), Field: decodeField(err), Err: decodeDetail(err)}
+		}
+		d.Test = &t
+		if err := validateTest(d); err != nil {
+			return nil, err
+		}
+		cleanTest(&t)
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// resultWords are the PolicyReport result words an expectation may use.
+var resultWords = map[string]bool{"pass": true, "fail": true, "warn": true, "error": true, "skip": true}
+
+func validateTest(d *TestDocument) error {
+	t := d.Test
+	fail := func(field, format string, args ...any) error {
+		return &LoadError{File: d.Path, Test: d.Ref(), Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case t.APIVersion == "":
+		return fail("apiVersion", "required: the test uses the deprecated schema (set apiVersion: cli.kyverno.io/v1alpha1)")
+	case t.Kind == "":
+		return fail("kind", "required: the test uses the deprecated schema (set kind: Test)")
+	case t.Name != "":
+		return fail("name", "deprecated field: use metadata.name")
+	}
+	for i, r := range t.Results {
+		field := fmt.Sprintf("results[%d]", i)
+		if r.Policy == "" {
+			return fail(field+".policy", "required")
+		}
+		if !resultWords[r.Result] {
+			if r.Result == "" {
+				return fail(field+".result", "required (pass, fail, warn, error or skip)")
+			}
+			return fail(field+".result", "unsupported value %q: supported values: \"pass\", \"fail\", \"warn\", \"error\", \"skip\"", r.Result)
+		}
+		switch r.Operation {
+		case "", "CREATE", "UPDATE", "DELETE":
+		default:
+			return fail(field+".operation", "invalid operation %q, must be one of CREATE, UPDATE, DELETE", r.Operation)
+		}
+		if r.Operation != "" && r.IsDeletingPolicy {
+			return fail(field+".operation", "operation is not supported for deleting policies")
+		}
+	}
+	return nil
+}
+
+// cleanTest removes duplicate paths and folds the deprecated jsonPayload
+// into jsonPayloads, with cleaned names (so "./a.json" is named "a.json").
+func cleanTest(t *Test) {
+	t.Policies = dedup(t.Policies)
+	t.Resources = dedup(t.Resources)
+	if t.JSONPayload != "" {
+		if len(t.JSONPayloads) == 0 {
+			t.JSONPayloads = append(t.JSONPayloads, t.JSONPayload)
+		}
+		t.JSONPayload = ""
+	}
+	var cleaned []string
+	for _, p := range t.JSONPayloads {
+		if strings.TrimSpace(p) != "" {
+			cleaned = append(cleaned, path.Clean(p))
+		}
+	}
+	t.JSONPayloads = dedup(cleaned)
+}
+
+func dedup(in []string) []string {
+	seen := make(map[string]bool, len(in))
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// decodeField extracts the field of a strict-decoding error
+// (`json: unknown field "foo"`, `key "foo" already set in map`).
+func decodeField(err error) string {
+	msg := err.Error()
+	for _, marker := range []string{`unknown field "`, `duplicate field "`, `key "`} {
+		if i := strings.Index(msg, marker); i >= 0 {
+			rest := msg[i+len(marker):]
+			if j := strings.IndexByte(rest, '"'); j >= 0 {
+				return rest[:j]
+			}
+		}
+	}
+	if i := strings.Index(msg, "Go struct field "); i >= 0 {
+		rest := msg[i+len("Go struct field "):]
+		if j := strings.IndexByte(rest, ' '); j >= 0 {
+			rest = rest[:j]
+		}
+		if k := strings.IndexByte(rest, '.'); k >= 0 {
+			return rest[k+1:]
+		}
+		return rest
+	}
+	return ""
+}
+
+func decodeDetail(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "unknown field"):
+		return errors.New("unknown field")
+	case strings.Contains(msg, "duplicate field"), strings.Contains(msg, "already set in map"):
+		return errors.New("duplicate field")
+	}
+	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: ")
+	msg = strings.TrimPrefix(msg, "while decoding JSON: ")
+	return errors.New(msg)
+}

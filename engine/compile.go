@@ -122,6 +122,18 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 		})
 	}
 	ps.exceptions = excs
+	var images, values uint64
+	for _, ex := range excs {
+		images += uint64(len(ex.Spec.Images))
+		values += uint64(len(ex.Spec.AllowedValues))
+		for _, s := range ex.Spec.Images {
+			ps.exceptionSize = max(ps.exceptionSize, uint64(len(s)))
+		}
+		for _, s := range ex.Spec.AllowedValues {
+			ps.exceptionSize = max(ps.exceptionSize, uint64(len(s)))
+		}
+	}
+	ps.exceptionSize = max(ps.exceptionSize, images, values)
 	// Bind exceptions to the policies they name (exact kind and name).
 	byRef := map[PolicyRef][]*Exception{}
 	for _, ex := range excs {
@@ -216,6 +228,9 @@ type PolicySet struct {
 	// byResource indexes entries by the resources their variants may match.
 	byResource map[string][]*entry
 	wildcard   []*entry
+	// exceptionSize bounds the size of exceptions.allowedImages and
+	// allowedValues (and of their strings), for cost estimates.
+	exceptionSize uint64
 	// shared holds the canonical forms of request-pure expressions that
 	// occur in more than one place, whose results a request memoizes.
 	shared map[string]bool

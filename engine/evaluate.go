@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
@@ -18,6 +19,7 @@ import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
+	"github.com/arbiter-pdp/arbiter/engine/jsonval"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 )
 
@@ -92,7 +94,9 @@ type Decision struct {
 func (ps *PolicySet) Evaluate(ctx context.Context, req *Request) *Decision {
 	rq := newEvalRequest(ctx, ps, req)
 	d := &Decision{Allowed: true}
-	for _, e := range ps.candidates(req.Resource.Resource) {
+	cands := ps.candidates(req.Resource.Resource)
+	d.Results = make([]Result, 0, len(cands))
+	for _, e := range cands {
 		p := e.policy
 		switch req.Mode {
 		case ModeAdmission:
@@ -156,23 +160,46 @@ type evalRequest struct {
 	shared          map[string]bool
 	// memo holds results of request-pure expressions, by canonical form.
 	memo map[string]ref.Val
+	// sizeLevel is the size level of the inputs (-2: not computed yet).
+	sizeLevel int
+	extraSize uint64
+}
+
+// level returns the index of the size level bounding the request's inputs.
+func (rq *evalRequest) level() int {
+	if rq.sizeLevel == -2 {
+		s := max(maxSize(rq.req.Object), maxSize(rq.req.OldObject), maxSize(rq.namespaceObject),
+			maxSize(rq.req.Options), rq.extraSize, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)),
+			uint64(len(rq.req.UserInfo.Username)), uint64(len(rq.req.UserInfo.Groups)), uint64(len(rq.req.UserInfo.Extra)))
+		for _, g := range rq.req.UserInfo.Groups {
+			s = max(s, uint64(len(g)))
+		}
+		for k, vs := range rq.req.UserInfo.Extra {
+			s = max(s, uint64(len(k)), uint64(len(vs)))
+			for _, v := range vs {
+				s = max(s, uint64(len(v)))
+			}
+		}
+		rq.sizeLevel = sizeLevel(s)
+	}
+	return rq.sizeLevel
 }
 
 func newEvalRequest(ctx context.Context, ps *PolicySet, req *Request) *evalRequest {
-	rq := &evalRequest{ctx: ctx, req: req, now: req.Now}
+	rq := &evalRequest{ctx: ctx, req: req, now: req.Now, sizeLevel: -2, extraSize: ps.exceptionSize}
 	if rq.now.IsZero() {
 		rq.now = time.Now()
 	}
 	rq.object = toVal(req.Object)
 	rq.oldObject = toVal(req.OldObject)
-	rq.request = req.requestValue()
+
 	ns := req.NamespaceObject
 	if ns == nil && req.Namespace != "" {
 		ns = ps.namespaces[req.Namespace]
 	}
 	rq.namespaceObject = ns
 	if ns != nil && req.Namespace != "" && !(req.Resource.Resource == "namespaces" && req.Resource.Group == "") {
-		rq.namespaceVal = ns
+		rq.namespaceVal = jsonval.Of(ns)
 	} else {
 		rq.namespaceVal = types.NullValue
 	}
@@ -184,13 +211,13 @@ func newEvalRequest(ctx context.Context, ps *PolicySet, req *Request) *evalReque
 	return rq
 }
 
-// toVal returns the activation value of an object: the JSON-shaped map
-// itself (cel-go qualifies Go maps without converting them), or null.
+// toVal returns the activation value of an object: a lazily converted,
+// cached view shared by every policy of the request, or null.
 func toVal(m map[string]any) any {
 	if m == nil {
 		return types.NullValue
 	}
-	return m
+	return jsonval.NewMap(m)
 }
 
 // evalPolicy evaluates one policy; ok is false when it does not apply.
@@ -227,18 +254,24 @@ func (rq *evalRequest) result(p *Policy, rule, result, message string, props map
 		Severity:        p.severity,
 		policy:          p,
 		status:          result,
-	}
-	for _, a := range p.Actions {
-		r.Actions = append(r.Actions, string(a))
+		Actions:         p.actionNames,
 	}
 	if r.Properties == nil {
-		r.Properties = map[string]string{}
+		// Shared, read-only: results' properties are never modified in place.
+		r.Properties = processProps[rq.process(p)]
+	} else {
+		r.Properties[PropProcess] = rq.process(p)
 	}
-	r.Properties[PropProcess] = rq.process(p)
 	if result == ResultFail && !p.scored {
 		r.Result = ResultWarn
 	}
 	return r
+}
+
+// processProps are the read-only properties of results that carry only the process.
+var processProps = map[string]map[string]string{
+	"admission review": {PropProcess: "admission review"},
+	"background scan":  {PropProcess: "background scan"},
 }
 
 func (rq *evalRequest) process(p *Policy) string {
@@ -264,15 +297,26 @@ type refusal struct {
 // evalVariant evaluates a matched policy variant: exceptions (with their
 // compensating controls), matchConditions, validations, audit annotations.
 func (rq *evalRequest) evalVariant(e *entry, v *variant) Result {
-	p := v.policy
 	st := &policyState{rq: rq, v: v}
+	r := rq.evalVariantOnce(e, v, st)
+	if st.inexact {
+		// Charged estimates exceeded the budget: redo the policy with
+		// exact cost tracking, which decides whether it really does.
+		st = &policyState{rq: rq, v: v, exact: true}
+		r = rq.evalVariantOnce(e, v, st)
+	}
+	return r
+}
+
+func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Result {
+	p := v.policy
 	fl := flavour(p.Namespaced())
 	var granted []*Exception
 	var refused []refusal
 	full := false
 	allowedImages, allowedValues := []string{}, []string{}
 	for _, ex := range e.exceptions {
-		if ex.Expired(rq.now) {
+		if ex.Expired(rq.now) || ex.refuted(rq.req.Object) {
 			continue
 		}
 		matched, err := st.match(ex.conds[fl], p.failurePolicy)
@@ -409,7 +453,12 @@ func (rq *evalRequest) withRefusal(r Result, v *variant, granted []*Exception, r
 	}
 	r.Message = msg
 	r.Exceptions = []string{first.exception.Key()}
-	r.Properties[PropExceptions] = first.exception.Name
+	props := make(map[string]string, len(r.Properties)+1)
+	for k, v := range r.Properties {
+		props[k] = v
+	}
+	props[PropExceptions] = first.exception.Name
+	r.Properties = props
 	return r
 }
 
@@ -442,25 +491,51 @@ type policyState struct {
 	exceptions *celenv.Exception
 	cost       uint64
 	libs       map[string]any
+	// exact runs every program with cost tracking.
+	exact bool
+	// inexact is set when charged estimates exceeded the budget.
+	inexact bool
 }
 
-var errBudget = errors.New("validation failed due to running out of cost budget, no further validation rules will be run")
+var (
+	errBudget = errors.New("validation failed due to running out of cost budget, no further validation rules will be run")
+	// errInexact aborts an evaluation whose charged estimates exceeded the
+	// budget, so it is redone with exact cost tracking.
+	errInexact = errors.New("cost estimates exceeded the budget")
+)
 
 // eval evaluates a program in this policy's activation, sharing the
 // results of request-pure expressions across policies.
 func (st *policyState) eval(p *program) (ref.Val, error) {
+	if p.constant != nil {
+		return p.constant, nil
+	}
 	memo := p.memoKey != "" && st.rq.shared[p.memoKey]
 	if memo {
 		if v, ok := st.rq.memo[p.memoKey]; ok {
 			return v, nil
 		}
 	}
-	out, det, err := p.prg.Eval(st)
-	if det != nil {
-		if c := det.ActualCost(); c != nil {
-			st.cost += *c
-			if st.cost > celconfig.RuntimeCELCostBudget {
-				return nil, errBudget
+	var out ref.Val
+	var err error
+	if lvl := st.rq.level(); p.fast != nil && lvl >= 0 && p.est[lvl] <= fastCostLimit && !st.exact {
+		// Proven cheap for inputs of this size: run untracked, charge the estimate.
+		st.cost += p.est[lvl]
+		if st.cost > celconfig.RuntimeCELCostBudget {
+			// The estimates overcharge; the policy is redone exactly.
+			st.inexact = true
+			return nil, errInexact
+		}
+		out, _, err = p.fast.Eval(st)
+	} else {
+		var det *cel.EvalDetails
+		out, det, err = p.prg.Eval(st)
+		if det != nil {
+			if c := det.ActualCost(); c != nil {
+				st.cost += *c
+				if st.cost > celconfig.RuntimeCELCostBudget {
+					return nil, errBudget
+				}
 			}
 		}
 	}
@@ -566,6 +641,9 @@ func (st *policyState) ResolveName(name string) (any, bool) {
 	case celenv.OldObjectVar:
 		return st.rq.oldObject, true
 	case celenv.RequestVar:
+		if st.rq.request == nil {
+			st.rq.request = jsonval.Of(st.rq.req.requestValue())
+		}
 		return st.rq.request, true
 	case celenv.NamespaceObjectVar:
 		return st.rq.namespaceVal, true

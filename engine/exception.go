@@ -26,6 +26,24 @@ type Exception struct {
 	// namespaced [1] policies (only for the kinds the exception refers to).
 	conds    [2][]*program
 	controls [2][]*control
+	// guards[i] are the guards of spec.matchConditions[i].
+	guards [][]guard
+}
+
+// refuted says whether a guard proves one of the exception's
+// matchConditions false for object, so the exception does not match.
+func (e *Exception) refuted(object map[string]any) bool {
+	if object == nil {
+		return false
+	}
+	for _, gs := range e.guards {
+		for i := range gs {
+			if gs[i].refutes(object) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type control struct {
@@ -120,21 +138,24 @@ func compileException(env *celenv.Env, o *Object) (*Exception, *LoadError) {
 		}
 		cenv := env.Exception(flavour == 1)
 		for i, mc := range spec.MatchConditions {
-			prg, _, err := compileExpr(cenv, mc.Expression, types.BoolType)
+			prg, ast, err := compileExpr(cenv, mc.Expression, types.BoolType, nil)
 			if err != nil {
 				return nil, loadErr(o, fmt.Sprintf("spec.matchConditions[%d].expression", i), "%v", err)
 			}
 			e.conds[flavour] = append(e.conds[flavour], prg)
+			if len(e.guards) < len(spec.MatchConditions) {
+				e.guards = append(e.guards, guards(ast))
+			}
 		}
 		for i, v := range spec.Validations {
 			field := fmt.Sprintf("spec.validations[%d]", i)
-			prg, _, err := compileExpr(cenv, v.Expression, types.BoolType)
+			prg, _, err := compileExpr(cenv, v.Expression, types.BoolType, nil)
 			if err != nil {
 				return nil, loadErr(o, field+".expression", "%v", err)
 			}
 			c := &control{prog: prg, message: v.Message}
 			if v.MessageExpression != "" {
-				c.msgProg, _, err = compileExpr(cenv, v.MessageExpression, types.StringType)
+				c.msgProg, _, err = compileExpr(cenv, v.MessageExpression, types.StringType, nil)
 				if err != nil {
 					return nil, loadErr(o, field+".messageExpression", "%v", err)
 				}

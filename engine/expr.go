@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/interpreter"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 
@@ -14,12 +15,21 @@ import (
 
 // program is one compiled CEL expression.
 type program struct {
-	prg  cel.Program
+	// prg tracks cost and enforces the per-call limit.
+	prg cel.Program
+	// fast is the same expression planned without cost tracking (nil if
+	// it cannot be), run when est at the request's size level is below
+	// fastCostLimit.
+	fast cel.Program
+	est  [len(sizeLevels)]uint64
 	expr string
 	// memoKey is set when the result depends only on the request (object,
 	// oldObject, request, namespaceObject) and pure functions, so it can be
 	// shared by every policy evaluated for the same request.
 	memoKey string
+	// constant is the value of an expression that references nothing
+	// (a literal list, say), computed once at compile time.
+	constant ref.Val
 }
 
 // requestInputs are the variables whose values are fixed for a request.
@@ -34,9 +44,11 @@ var requestInputs = map[string]bool{
 // between two calls with the same arguments.
 var impureOverloads = []string{"random", "now"}
 
-// compileExpr compiles expr in env. want, when not nil, is the exact output
-// type required; its error text is Kyverno's.
-func compileExpr(env *cel.Env, expr string, want *types.Type) (*program, *cel.Ast, error) {
+// compileExpr compiles expr in the environment pair. want, when not nil, is
+// the exact output type required; its error text is Kyverno's. vars are the
+// size bounds of the policy's variables declared so far.
+func compileExpr(pair celenv.Pair, expr string, want *types.Type, vars map[string]bound) (*program, *cel.Ast, error) {
+	env := pair.Tracked
 	ast, issues := env.Compile(expr)
 	if err := issues.Err(); err != nil {
 		return nil, nil, err
@@ -49,13 +61,24 @@ func compileExpr(env *cel.Env, expr string, want *types.Type) (*program, *cel.As
 		return nil, nil, err
 	}
 	p := &program{prg: prg, expr: expr}
-	if isRequestPure(ast) {
+	if fast, err := pair.Fast.Program(ast, cel.EvalOptions(cel.OptOptimize)); err == nil {
+		p.fast = fast
+		p.est = estimate(env, ast, vars)
+	}
+	if pure, refs := isRequestPure(ast); pure {
 		p.memoKey = canonicalKey(ast, expr)
+		if !refs {
+			if v, _, err := prg.Eval(interpreter.EmptyActivation()); err == nil && !types.IsUnknownOrError(v) {
+				p.constant = v
+			}
+		}
 	}
 	return p, ast, nil
 }
 
-func isRequestPure(ast *cel.Ast) bool {
+// isRequestPure says whether an expression depends only on the request
+// inputs and pure functions, and whether it references any variable at all.
+func isRequestPure(ast *cel.Ast) (pure, refs bool) {
 	native := ast.NativeRep()
 	locals := map[string]bool{}
 	celast.PreOrderVisit(native.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
@@ -70,19 +93,20 @@ func isRequestPure(ast *cel.Ast) bool {
 	}))
 	for _, r := range native.ReferenceMap() {
 		if r.Name != "" && len(r.OverloadIDs) == 0 && r.Value == nil {
+			refs = true
 			if !requestInputs[r.Name] && !locals[r.Name] {
-				return false
+				return false, true
 			}
 		}
 		for _, id := range r.OverloadIDs {
 			for _, bad := range impureOverloads {
 				if strings.Contains(strings.ToLower(id), bad) {
-					return false
+					return false, refs
 				}
 			}
 		}
 	}
-	return true
+	return true, refs
 }
 
 // canonicalKey identifies an expression up to formatting: the unparsed

@@ -24,6 +24,7 @@ type Policy struct {
 	Labels      map[string]string
 	Annotations map[string]string
 	Actions     []admissionregistrationv1.ValidationAction
+	actionNames []string
 
 	deny, warn, audit bool
 	scored            bool
@@ -306,6 +307,9 @@ func compilePolicy(env *celenv.Env, o *Object) (*Policy, *LoadError) {
 	if len(spec.ValidationActions) == 0 {
 		p.deny = true
 	}
+	for _, a := range p.Actions {
+		p.actionNames = append(p.actionNames, string(a))
+	}
 	switch p.failurePolicy {
 	case admissionregistrationv1.Fail, admissionregistrationv1.Ignore:
 	default:
@@ -367,8 +371,9 @@ func compileVariant(env *celenv.Env, o *Object, p *Policy, config, templatePath 
 	if err != nil {
 		return nil, loadErr(o, "spec", "%v", err)
 	}
+	bounds := map[string]bound{}
 	compile := func(field, expr string, want *types.Type) (*program, *cel.Ast, *LoadError) {
-		prg, ast, err := compileExpr(penv.Env, expr, want)
+		prg, ast, err := compileExpr(penv.Pair, expr, want, bounds)
 		if err != nil {
 			return nil, nil, loadErr(o, field, "%v", err)
 		}
@@ -395,6 +400,7 @@ func compileVariant(env *celenv.Env, o *Object, p *Policy, config, templatePath 
 			return nil, lerr
 		}
 		penv.DeclareVariable(vr.Name, ast.OutputType())
+		bounds[vr.Name] = varBound(ast, bounds)
 		v.variables = append(v.variables, &variable{name: vr.Name, prog: prg})
 	}
 	for i, val := range spec.Validations {
@@ -415,7 +421,7 @@ func compileVariant(env *celenv.Env, o *Object, p *Policy, config, templatePath 
 	if !p.jsonMode {
 		for i, aa := range spec.AuditAnnotations {
 			field := fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i)
-			prg, ast, err := compileExpr(penv.Env, aa.ValueExpression, nil)
+			prg, ast, err := compileExpr(penv.Pair, aa.ValueExpression, nil, bounds)
 			if err != nil {
 				return nil, loadErr(o, field, "%v", err)
 			}

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -69,10 +70,20 @@ func buildRequestType() *apiservercel.DeclType {
 
 // Env holds the process-wide base environments: for cluster-scoped and
 // namespaced policies, each with and without the policy-only variables
-// (`variables`, `exceptions`).
+// (`variables`, `exceptions`), each as a pair (see Pair).
 type Env struct {
-	cluster, namespaced                   *cel.Env
-	clusterException, namespacedException *cel.Env
+	cluster, namespaced                   Pair
+	clusterException, namespacedException Pair
+}
+
+// Pair is one environment in two builds with identical declarations and
+// function bindings: Tracked is the Kubernetes environment, whose programs
+// track their cost and stop at the API server's per-call limit; Fast plans
+// programs without cost tracking, for expressions whose static cost
+// estimate proves they stay far below the limit on the request at hand.
+type Pair struct {
+	Tracked *cel.Env
+	Fast    *cel.Env
 }
 
 var (
@@ -92,7 +103,7 @@ func Default() (*Env, error) {
 func New() (*Env, error) {
 	var e Env
 	for _, c := range []struct {
-		dst                   **cel.Env
+		dst                   *Pair
 		namespaced, forPolicy bool
 	}{
 		{&e.cluster, false, true},
@@ -100,11 +111,15 @@ func New() (*Env, error) {
 		{&e.clusterException, false, false},
 		{&e.namespacedException, true, false},
 	} {
-		env, err := newBase(c.namespaced, c.forPolicy)
+		tracked, err := newBase(c.namespaced, c.forPolicy)
 		if err != nil {
 			return nil, err
 		}
-		*c.dst = env
+		fast, err := newFast(c.namespaced, c.forPolicy)
+		if err != nil {
+			return nil, fmt.Errorf("building the untracked environment: %w", err)
+		}
+		*c.dst = Pair{Tracked: tracked, Fast: fast}
 	}
 	return &e, nil
 }
@@ -118,12 +133,83 @@ func newBase(namespaced, forPolicy bool) (*cel.Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	declProvider := apiservercel.NewDeclTypeProvider(NamespaceType, RequestType)
-	declOptions, err := declProvider.EnvOptions(stored.CELTypeProvider())
+	opts, libs, err := declarations(stored, namespaced, forPolicy)
 	if err != nil {
 		return nil, err
 	}
-	opts := append(CompatOptions(),
+	extended, err := base.Extend(
+		environment.VersionedOptions{IntroducedVersion: compilerVersion, EnvOptions: opts},
+		environment.VersionedOptions{IntroducedVersion: compilerVersion, EnvOptions: libs},
+	)
+	if err != nil {
+		return nil, err
+	}
+	return extended.Env(environment.StoredExpressions)
+}
+
+// newFast builds the untracked twin of newBase: the same options as the
+// Kubernetes base environment's stored-expressions set
+// (k8s.io/apiserver/pkg/cel/environment/base.go at v0.37.2) without its
+// cost-tracking program options, then the same declarations.
+func newFast(namespaced, forPolicy bool) (*cel.Env, error) {
+	base, err := cel.NewEnv(kubernetesStoredOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	opts, libs, err := declarations(base, namespaced, forPolicy)
+	if err != nil {
+		return nil, err
+	}
+	env, err := base.Extend(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return env.Extend(libs...)
+}
+
+// kubernetesStoredOptions are the environment options of the Kubernetes
+// base environment in its stored-expressions form (every library, the
+// removed list library version left out).
+func kubernetesStoredOptions() []cel.EnvOption {
+	return []cel.EnvOption{
+		cel.HomogeneousAggregateLiterals(),
+		cel.EagerlyValidateDeclarations(true),
+		cel.DefaultUTCTimeZone(true),
+		library.URLs(),
+		library.Regex(),
+		cel.CostEstimatorOptions(checker.PresenceTestHasCost(false)),
+		library.Authz(),
+		cel.CrossTypeNumericComparisons(true),
+		cel.OptionalTypes(),
+		library.Quantity(),
+		cel.ASTValidators(
+			cel.ValidateDurationLiterals(),
+			cel.ValidateTimestampLiterals(),
+			cel.ValidateRegexLiterals(),
+			cel.ValidateHomogeneousAggregateLiterals(),
+		),
+		ext.Strings(ext.StringsVersion(2)),
+		ext.Sets(),
+		library.IP(),
+		library.CIDR(),
+		library.Format(),
+		library.AuthzSelectors(),
+		ext.TwoVarComprehensions(),
+		library.SemverLib(library.SemverVersion(1)),
+		ext.Lists(ext.ListsVersion(3)),
+		library.Lists(library.ListsVersion(1)),
+	}
+}
+
+// declarations returns the options that declare Arbiter's variables and
+// types on top of base, then the libraries.
+func declarations(base *cel.Env, namespaced, forPolicy bool) (opts, libs []cel.EnvOption, err error) {
+	declProvider := apiservercel.NewDeclTypeProvider(NamespaceType, RequestType)
+	declOptions, err := declProvider.EnvOptions(base.CELTypeProvider())
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(CompatOptions(),
 		cel.Variable(NamespaceObjectVar, NamespaceType.CelType()),
 		cel.Variable(ObjectVar, cel.DynType),
 		cel.Variable(OldObjectVar, cel.DynType),
@@ -137,21 +223,14 @@ func newBase(namespaced, forPolicy bool) (*cel.Env, error) {
 	opts = append(opts, declOptions...)
 	// Native types are registered after the declaration provider, which
 	// they wrap.
-	libs := []cel.EnvOption{
+	libs = []cel.EnvOption{
 		ext.NativeTypes(reflect.TypeFor[Exception](), ext.ParseStructTags(true)),
 	}
 	if forPolicy {
 		libs = append(libs, cel.Variable(ExceptionsVar, types.NewObjectType("celenv.Exception")))
 	}
 	libs = append(libs, kyvernocel.Libraries(kyvernocel.Options{Namespaced: namespaced})...)
-	extended, err := base.Extend(
-		environment.VersionedOptions{IntroducedVersion: compilerVersion, EnvOptions: opts},
-		environment.VersionedOptions{IntroducedVersion: compilerVersion, EnvOptions: libs},
-	)
-	if err != nil {
-		return nil, err
-	}
-	return extended.Env(environment.StoredExpressions)
+	return opts, libs, nil
 }
 
 // CompatOptions are the cel-go extensions Kyverno adds to the Kubernetes
@@ -213,7 +292,7 @@ func orValueCompat(lhs, rhs ref.Val) ref.Val {
 
 // Base returns the base environment for cluster-scoped (namespaced=false) or
 // namespaced policies.
-func (e *Env) Base(namespaced bool) *cel.Env {
+func (e *Env) Base(namespaced bool) Pair {
 	if namespaced {
 		return e.namespaced
 	}
@@ -223,39 +302,59 @@ func (e *Env) Base(namespaced bool) *cel.Env {
 // Exception returns the environment of PolicyException matchConditions and
 // compensating controls: the base environment without `variables` and
 // `exceptions`, which an exception, written apart from its policies, cannot see.
-func (e *Env) Exception(namespaced bool) *cel.Env {
+func (e *Env) Exception(namespaced bool) Pair {
 	if namespaced {
 		return e.namespacedException
 	}
 	return e.clusterException
 }
 
-// PolicyEnv is the environment of one policy: the base environment whose
-// `variables` object has a field for each variable declared so far.
+// PolicyEnv is the environment of one policy: the base environment pair
+// whose `variables` object has a field for each variable declared so far.
 type PolicyEnv struct {
-	*cel.Env
-	vars *variablesProvider
+	Pair
+	fields *variableFields
 }
 
 // ForPolicy returns a fresh policy environment.
 func (e *Env) ForPolicy(namespaced bool) (*PolicyEnv, error) {
 	base := e.Base(namespaced)
-	vp := &variablesProvider{
-		inner:   base.CELTypeProvider(),
-		adapter: base.CELTypeAdapter(),
-		fields:  map[string]*types.Type{},
+	fields := &variableFields{m: map[string]*types.Type{}}
+	extend := func(env *cel.Env) (*cel.Env, error) {
+		vp := &variablesProvider{inner: env.CELTypeProvider(), adapter: env.CELTypeAdapter(), fields: fields}
+		return env.Extend(cel.CustomTypeProvider(vp), cel.CustomTypeAdapter(vp))
 	}
-	env, err := base.Extend(cel.CustomTypeProvider(vp), cel.CustomTypeAdapter(vp))
+	tracked, err := extend(base.Tracked)
 	if err != nil {
 		return nil, fmt.Errorf("extending CEL environment: %w", err)
 	}
-	return &PolicyEnv{Env: env, vars: vp}, nil
+	fast, err := extend(base.Fast)
+	if err != nil {
+		return nil, fmt.Errorf("extending CEL environment: %w", err)
+	}
+	return &PolicyEnv{Pair: Pair{Tracked: tracked, Fast: fast}, fields: fields}, nil
 }
 
 // DeclareVariable adds a field to the `variables` object. Expressions
 // compiled afterwards may use it; earlier ones may not, as in Kyverno.
 func (p *PolicyEnv) DeclareVariable(name string, t *types.Type) {
-	p.vars.register(name, t)
+	p.fields.register(name, t)
+}
+
+// variableFields are the declared fields of a policy's `variables` object.
+type variableFields struct {
+	mu    sync.RWMutex
+	m     map[string]*types.Type
+	names []string
+}
+
+func (f *variableFields) register(name string, t *types.Type) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.m[name]; !ok {
+		f.names = append(f.names, name)
+	}
+	f.m[name] = t
 }
 
 // variablesProvider resolves the fields of the `variables` object and
@@ -263,21 +362,10 @@ func (p *PolicyEnv) DeclareVariable(name string, t *types.Type) {
 type variablesProvider struct {
 	inner   types.Provider
 	adapter types.Adapter
-	mu      sync.RWMutex
-	fields  map[string]*types.Type
-	names   []string
+	fields  *variableFields
 }
 
 var variablesTypeType = types.NewTypeTypeWithParam(VariablesType)
-
-func (p *variablesProvider) register(name string, t *types.Type) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.fields[name]; !ok {
-		p.names = append(p.names, name)
-	}
-	p.fields[name] = t
-}
 
 func (p *variablesProvider) EnumValue(enumName string) ref.Val { return p.inner.EnumValue(enumName) }
 
@@ -294,18 +382,18 @@ func (p *variablesProvider) FindStructType(structType string) (*types.Type, bool
 
 func (p *variablesProvider) FindStructFieldNames(structType string) ([]string, bool) {
 	if structType == VariablesTypeName {
-		p.mu.RLock()
-		defer p.mu.RUnlock()
-		return append([]string(nil), p.names...), true
+		p.fields.mu.RLock()
+		defer p.fields.mu.RUnlock()
+		return append([]string(nil), p.fields.names...), true
 	}
 	return p.inner.FindStructFieldNames(structType)
 }
 
 func (p *variablesProvider) FindStructFieldType(structType, fieldName string) (*types.FieldType, bool) {
 	if structType == VariablesTypeName {
-		p.mu.RLock()
-		t, ok := p.fields[fieldName]
-		p.mu.RUnlock()
+		p.fields.mu.RLock()
+		t, ok := p.fields.m[fieldName]
+		p.fields.mu.RUnlock()
 		if ok {
 			return &types.FieldType{Type: t}, true
 		}

@@ -86,6 +86,9 @@ type Context interface {
 // with Options{Namespaced: true}) and globalContext.* fails with Kyverno's
 // "globalContext.* is not allowed in namespaced policies"; http.* is served by
 // c.HTTP() unchanged (wrap it with NamespacedHTTPNotAllowed to refuse it).
+//
+// The values are immutable: one map may serve any number of evaluations,
+// concurrently, of the policies of namespace ns against c.
 func Bind(c Context, ns string) map[string]any {
 	return BindContext(context.Background(), c, ns)
 }
@@ -250,7 +253,7 @@ func (v *resourceValue) ConvertToType(t ref.Type) ref.Val {
 }
 func (v *resourceValue) Equal(o ref.Val) ref.Val { return equalOpaque(v, o) }
 func (v *resourceValue) Type() ref.Type          { return ResourceContextType }
-func (v *resourceValue) Value() any              { return v.c }
+func (v *resourceValue) Value() any              { return contextHolder{v.c} }
 
 type httpValue struct {
 	ctx context.Context
@@ -263,7 +266,7 @@ func (v *httpValue) ConvertToNative(t reflect.Type) (any, error) {
 func (v *httpValue) ConvertToType(t ref.Type) ref.Val { return convertOpaque(v, HTTPContextType, t) }
 func (v *httpValue) Equal(o ref.Val) ref.Val          { return equalOpaque(v, o) }
 func (v *httpValue) Type() ref.Type                   { return HTTPContextType }
-func (v *httpValue) Value() any                       { return v.c }
+func (v *httpValue) Value() any                       { return contextHolder{v.c} }
 
 type globalContextValue struct {
 	ctx context.Context
@@ -278,7 +281,7 @@ func (v *globalContextValue) ConvertToType(t ref.Type) ref.Val {
 }
 func (v *globalContextValue) Equal(o ref.Val) ref.Val { return equalOpaque(v, o) }
 func (v *globalContextValue) Type() ref.Type          { return GlobalContextType }
-func (v *globalContextValue) Value() any              { return v.c }
+func (v *globalContextValue) Value() any              { return contextHolder{v.c} }
 
 type imageDataValue struct {
 	ctx context.Context
@@ -293,7 +296,13 @@ func (v *imageDataValue) ConvertToType(t ref.Type) ref.Val {
 }
 func (v *imageDataValue) Equal(o ref.Val) ref.Val { return equalOpaque(v, o) }
 func (v *imageDataValue) Type() ref.Type          { return ImageDataContextType }
-func (v *imageDataValue) Value() any              { return v.c }
+func (v *imageDataValue) Value() any              { return contextHolder{v.c} }
+
+// contextHolder is the Go value of a library object, shaped as Kyverno's
+// (json.marshal(http) gives {"ContextInterface": ...} there too).
+type contextHolder struct {
+	ContextInterface any
+}
 
 func convertOpaque(v ref.Val, own *types.Type, t ref.Type) ref.Val {
 	switch t {

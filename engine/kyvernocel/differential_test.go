@@ -151,7 +151,7 @@ func TestDifferential(t *testing.T) {
 						fillOracle(&got, val)
 					}
 				}
-				if ns != "" && strings.HasPrefix(want.Expr, "globalContext.") {
+				if ns != "" && strings.HasPrefix(want.Expr, "globalContext.") && !strings.HasPrefix(want.Error, "no such overload") {
 					// Kyverno's vpol compiler (not the sdk library the oracle
 					// runs) refuses the global context in namespaced policies.
 					want = oracleResult{Expr: want.Expr, Error: "failed to get global reference: " + GlobalContextNotAllowedMessage}

@@ -205,8 +205,31 @@ func checkElement(name, element, allowedRunes string, minRunes, maxRunes int) er
 	return nil
 }
 
+// simpleAuthority reports whether name is a host name with an optional
+// numeric port: url.Parse("//"+name) accepts such a name unchanged as the
+// host, so the check can skip the parse.
+func simpleAuthority(name string) bool {
+	colon := false
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '.', c == '-':
+			if colon {
+				return false
+			}
+		case '0' <= c && c <= '9':
+		case c == ':' && !colon && i+1 < len(name):
+			colon = true
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 func newRegistry(name string) (string, error) {
-	if u, err := url.Parse("//" + name); err != nil || u.Host != name {
+	if simpleAuthority(name) {
+		// valid as is
+	} else if u, err := url.Parse("//" + name); err != nil || u.Host != name {
 		return "", fmt.Errorf("registries must be valid RFC 3986 URI authorities: %s", name)
 	}
 	if name == "" {

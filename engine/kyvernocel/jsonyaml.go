@@ -188,7 +188,7 @@ func (o jsonObject) Equal(other ref.Val) ref.Val {
 	return types.MaybeNoSuchOverloadErr(other)
 }
 func (jsonObject) Type() ref.Type { return JSONType }
-func (jsonObject) Value() any     { return struct{}{} }
+func (jsonObject) Value() any     { return struct{ JsonIface struct{} }{} }
 
 type yamlObject struct{}
 
@@ -203,4 +203,4 @@ func (o yamlObject) Equal(other ref.Val) ref.Val {
 	return types.MaybeNoSuchOverloadErr(other)
 }
 func (yamlObject) Type() ref.Type { return YAMLType }
-func (yamlObject) Value() any     { return struct{}{} }
+func (yamlObject) Value() any     { return struct{ YamlIface struct{} }{} }

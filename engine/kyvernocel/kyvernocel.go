@@ -14,6 +14,36 @@
 // "globalContext" and "image" — take their values from the activation of each
 // evaluation instead: see Bind. The stateless "json" and "yaml" objects are
 // declared as constants and need no binding.
+//
+// Contexts: Offline (every call fails, naming what is unavailable) and Static
+// (in-memory data loaded from Kyverno CLI test inputs: LoadTestContext,
+// LoadContextFile, LoadClusterResourceFile, AddAPICallResponses,
+// ResolveGlobalContextEntry). A server with cluster access implements Context
+// itself.
+//
+// Verified against Kyverno's own library code (testdata/differential, ~490
+// expressions, error texts included), its CLI suites (testdata/suites) and
+// its end-to-end cases (testdata/chainsaw). Deliberate differences from
+// Kyverno 1.19.1:
+//
+//   - http.Client(ca).Get/Post work; in Kyverno the value http.Client returns
+//     is refused by its own overloads at run time ("no such overload").
+//   - resource.ToGVR returns an opaque value of its own; Kyverno relies on
+//     cel-go 0.30 wrapping arbitrary Go structs, which cel-go 0.31 no longer
+//     does.
+//   - listObjToMap with elements that are not maps, and random() with a
+//     pattern matching nothing, return errors where Kyverno panics (which
+//     cel-go reports as "internal error: ...").
+//   - Static never reaches a network or registry: an HTTP call without a mock
+//     fails (Kyverno's CLI makes the real call). It serves the context file,
+//     mocks and global context entries in cluster mode too (Kyverno's CLI
+//     ignores them for CEL policies when a test has clusterResources), maps
+//     ToGVR in both modes (Kyverno's fake provider panics), reads
+//     subresources as the object, and lists objects sorted by namespace and
+//     name (Kyverno: map order).
+//   - globalContextEntries projections use standard JMESPath; Kyverno's
+//     extension functions are unknown there. CRD files are read leniently
+//     (only group, names, scope and versions matter).
 package kyvernocel
 
 import (
@@ -86,8 +116,9 @@ type Options struct {
 // registrations, as Kyverno does.
 func Libraries(o Options) []cel.EnvOption {
 	opts := []cel.EnvOption{
-		// types
-		cel.Types(ImageType),
+		// the Go type of parseServiceAccount's result (Kyverno's image
+		// library does not register kyverno.image as a type name: neither
+		// does this one)
 		ext.NativeTypes(reflect.TypeFor[ServiceAccount]()),
 		// variables bound per evaluation
 		cel.Variable(GlobalContextVar, GlobalContextType),

@@ -41,13 +41,14 @@ import (
 // discovery data plus registered CRDs. Post fails: there is nothing to create
 // objects in.
 type Static struct {
-	mapper  *meta.DefaultRESTMapper
-	kinds   map[schema.GroupVersionResource]schema.GroupVersionKind
-	cluster bool
-	objects map[schema.GroupVersionResource]map[string]map[string]*unstructured.Unstructured
-	images  map[string]map[string]any
-	globals map[string]any
-	mocks   map[string]any
+	mapper   *meta.DefaultRESTMapper
+	kinds    map[schema.GroupVersionResource]schema.GroupVersionKind
+	versions map[schema.GroupKind][]string // registered versions, preferred first
+	cluster  bool
+	objects  map[schema.GroupVersionResource]map[string]map[string]*unstructured.Unstructured
+	images   map[string]map[string]any
+	globals  map[string]any
+	mocks    map[string]any
 }
 
 var _ Context = (*Static)(nil)
@@ -56,15 +57,22 @@ var _ Context = (*Static)(nil)
 // provider) mode.
 func NewStatic() *Static {
 	s := &Static{
-		mapper:  meta.NewDefaultRESTMapper(nil),
-		kinds:   map[schema.GroupVersionResource]schema.GroupVersionKind{},
-		objects: map[schema.GroupVersionResource]map[string]map[string]*unstructured.Unstructured{},
-		images:  map[string]map[string]any{},
-		globals: map[string]any{},
-		mocks:   map[string]any{},
+		mapper:   meta.NewDefaultRESTMapper(nil),
+		kinds:    map[schema.GroupVersionResource]schema.GroupVersionKind{},
+		versions: map[schema.GroupKind][]string{},
+		objects:  map[schema.GroupVersionResource]map[string]map[string]*unstructured.Unstructured{},
+		images:   map[string]map[string]any{},
+		globals:  map[string]any{},
+		mocks:    map[string]any{},
 	}
 	for _, r := range builtinResources {
-		s.RegisterKind(schema.GroupVersionKind{Group: r.group, Version: r.version, Kind: r.kind}, r.resource, r.namespaced)
+		gvk := schema.GroupVersionKind{Group: r.group, Version: r.version, Kind: r.kind}
+		s.RegisterKind(gvk, r.resource, r.namespaced)
+		if r.preferred {
+			vs := s.versions[gvk.GroupKind()]
+			copy(vs[1:], vs[:len(vs)-1])
+			vs[0] = r.version
+		}
 	}
 	return s
 }
@@ -91,13 +99,27 @@ func (s *Static) RegisterKind(gvk schema.GroupVersionKind, resource string, name
 	s.mapper.AddSpecific(gvk, gvk.GroupVersion().WithResource(resource),
 		gvk.GroupVersion().WithResource(strings.ToLower(gvk.Kind)), scope)
 	s.kinds[gvk.GroupVersion().WithResource(resource)] = gvk
+	gk := gvk.GroupKind()
+	for _, v := range s.versions[gk] {
+		if v == gvk.Version {
+			return
+		}
+	}
+	s.versions[gk] = append(s.versions[gk], gvk.Version)
 }
 
-// RESTMapping maps a group/kind at a version to its resource, with the
-// errors of a discovery REST mapper (`no matches for kind "X" in version
-// "g/v"`).
+// RESTMapping maps a group/kind at a version ("" for the preferred one) to
+// its resource, with the errors of a discovery REST mapper (`no matches for
+// kind "X" in version "g/v"`).
 func (s *Static) RESTMapping(gk schema.GroupKind, version string) (*meta.RESTMapping, error) {
-	return s.mapper.RESTMapping(gk, version)
+	if version != "" {
+		return s.mapper.RESTMapping(gk, version)
+	}
+	vs := s.versions[gk]
+	if len(vs) == 0 {
+		return nil, &meta.NoKindMatchError{GroupKind: gk}
+	}
+	return s.mapper.RESTMapping(gk, vs...)
 }
 
 // AddObject makes obj visible to resource.Get and resource.List. In the
@@ -110,7 +132,7 @@ func (s *Static) AddObject(obj *unstructured.Unstructured) error {
 	}
 	gvk := obj.GroupVersionKind()
 	var gvr schema.GroupVersionResource
-	mapping, err := s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	mapping, err := s.RESTMapping(gvk.GroupKind(), gvk.Version)
 	switch {
 	case err == nil:
 		gvr = mapping.Resource
@@ -241,7 +263,7 @@ func (s *Static) ToGVR(_ context.Context, apiVersion, kind string) (*schema.Grou
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: kind}, gv.Version)
+	m, err := s.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: kind}, gv.Version)
 	if err != nil {
 		return nil, err
 	}

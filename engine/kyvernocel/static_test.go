@@ -164,6 +164,23 @@ func TestStaticGo(t *testing.T) {
 	if err != nil || gvr.Resource != "gadgetz" {
 		t.Errorf("ToGVR: %v %v", gvr, err)
 	}
+	// version-less mapping: the preferred version
+	for _, tc := range []struct {
+		gk   schema.GroupKind
+		want string
+	}{
+		{schema.GroupKind{Group: "autoscaling", Kind: "HorizontalPodAutoscaler"}, "autoscaling/v2, Resource=horizontalpodautoscalers"},
+		{schema.GroupKind{Kind: "Pod"}, "/v1, Resource=pods"},
+		{schema.GroupKind{Group: "example.com", Kind: "Gadget"}, "example.com/v1, Resource=gadgetz"},
+	} {
+		m, err := s.RESTMapping(tc.gk, "")
+		if err != nil || m.Resource.String() != tc.want {
+			t.Errorf("RESTMapping(%v) = %v, %v", tc.gk, m, err)
+		}
+	}
+	if _, err := s.RESTMapping(schema.GroupKind{Kind: "Nope"}, ""); err == nil || err.Error() != `no matches for kind "Nope" in group ""` {
+		t.Errorf("RESTMapping(Nope): %v", err)
+	}
 	// global context
 	s.SetGlobalContextEntry("obj", map[string]any{"a": 1})
 	s.SetGlobalContextEntry("list", []any{1})

@@ -64,4 +64,12 @@ ex += ['resource.Get("v1","configmaps","ns1","cm")','resource.get("v1","configma
  'http.Get("https://example.com/x")','http.get("https://example.com/x", {"Authorization": "Bearer t"})','http.get("https://fail.example.com")',
  'http.Post("https://example.com/p", {"a": dyn(1), "b": dyn([dyn(1u), dyn(2.5), dyn("s"), dyn(null), dyn(true), dyn(1e21)]), "c": dyn(b"xy"), "d": dyn(timestamp("2024-01-02T03:04:05Z")), "<&>": dyn("<&>")})', 'http.post("https://example.com/p", {"z": 1, "a": 2})', 'http.post("https://example.com/p", {1: 2})','http.post("https://example.com/p", "text", {"H": "v"})','http.post("https://example.com/p", dyn(1))',
  'http.Client("").Get("https://example.com/c")','http.client("bad-pem")','http.get("https://example.com/x").body.url','http.Get("https://example.com/config").body.allowed == true']
+ex += ['resource.List("v1","configmaps","ns1").items.map(s, s.metadata.name)','resource.List("v1","configmaps","ns1").items.size()','size(resource.List("v1","configmaps","ns1").items)',
+ 'dyn(resource.List("v1","configmaps","ns1").items).map(s, s.metadata.name)','resource.List("v1","configmaps","ns1").items[0].metadata.name','has(resource.get("v1","configmaps","ns1","cm").metadata)',
+ 'resource.get("v1","configmaps","ns1","cm").?metadata.orValue(1)','resource.get("v1","configmaps","ns1","cm") == null','resource.list("v1","configmaps").items.size()',
+ 'isImage(dyn(1))','parseImageReference(dyn(1))','sha256(dyn(1))','math.round(dyn(1), 2)','math.round(1.5, dyn(1))','time.toCron(dyn(1))','gzip.decompress(dyn("x"))',
+ 'listObjToMap(dyn(1), [], "a", "b")','resource.get(dyn(1), "a", "b", "c")','http.get(dyn(1))','globalContext.get(dyn(1))','image.getMetadata(dyn(1))',
+ 'json.unmarshal(dyn(b"{}"))','yaml.parse(dyn(1))','x509.decode(dyn(1))','parseServiceAccount(dyn(1))','random(dyn(1))','http.get("https://x", dyn({"a": 1}))',
+ 'resource.list("v1","configmaps","ns1", dyn({"a": 1}))','resource.post("v1","configmaps","ns1", dyn({1: 1}))','resource.get("v1","configmaps","ns1", dyn(1))',
+ 'resource.list("v1","configmaps", dyn({"a": 1}))','json.marshal(http)','json.marshal(json)','string(mylib_version)','type(json)','type(http)']
 json.dump(ex, sys.stdout)

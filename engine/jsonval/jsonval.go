@@ -1,0 +1,324 @@
+// Package jsonval adapts JSON-shaped data (map[string]any, []any, string,
+// int64, float64, bool, nil — unstructured Kubernetes objects) to CEL values.
+//
+// Maps and lists convert their elements on first access and keep them, so
+// the policies evaluated for one request share one conversion of the
+// object instead of re-wrapping every field they touch. Values are not safe
+// for concurrent use: build one per request. Map iteration is in sorted key
+// order, so two replicas evaluating the same object iterate it alike.
+package jsonval
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+)
+
+// Of returns the CEL value of JSON-shaped data.
+func Of(v any) ref.Val {
+	switch t := v.(type) {
+	case nil:
+		return types.NullValue
+	case string:
+		return types.String(t)
+	case bool:
+		return types.Bool(t)
+	case int64:
+		return types.Int(t)
+	case float64:
+		return types.Double(t)
+	case map[string]any:
+		return &Map{m: t}
+	case []any:
+		return &List{l: t}
+	case ref.Val:
+		return t
+	}
+	return types.DefaultTypeAdapter.NativeToValue(v)
+}
+
+// Map is a lazily converted JSON object.
+type Map struct {
+	m map[string]any
+	// cache holds the converted maps and lists accessed so far (a small
+	// slice: policies touch few fields of any one object).
+	cache []entry
+}
+
+type entry struct {
+	key string
+	val ref.Val
+}
+
+var (
+	_ traits.Mapper = (*Map)(nil)
+	_ traits.Lister = (*List)(nil)
+)
+
+// NewMap wraps m.
+func NewMap(m map[string]any) *Map { return &Map{m: m} }
+
+func (m *Map) get(k string) (ref.Val, bool) {
+	for i := range m.cache {
+		if m.cache[i].key == k {
+			return m.cache[i].val, true
+		}
+	}
+	raw, ok := m.m[k]
+	if !ok {
+		return nil, false
+	}
+	switch raw.(type) {
+	case map[string]any, []any:
+		v := Of(raw)
+		if m.cache == nil {
+			m.cache = make([]entry, 0, 4)
+		}
+		m.cache = append(m.cache, entry{key: k, val: v})
+		return v, true
+	}
+	return Of(raw), true
+}
+
+// Find implements traits.Mapper.
+func (m *Map) Find(key ref.Val) (ref.Val, bool) {
+	k, ok := key.(types.String)
+	if !ok {
+		if types.IsUnknownOrError(key) {
+			return key, true
+		}
+		return nil, false
+	}
+	return m.get(string(k))
+}
+
+// Get implements traits.Indexer.
+func (m *Map) Get(key ref.Val) ref.Val {
+	if v, ok := m.Find(key); ok {
+		return v
+	}
+	return types.ValOrErr(key, "no such key: %v", key)
+}
+
+// Contains implements traits.Container.
+func (m *Map) Contains(key ref.Val) ref.Val {
+	v, found := m.Find(key)
+	if v != nil && types.IsUnknownOrError(v) {
+		return v
+	}
+	return types.Bool(found)
+}
+
+// Size implements traits.Sizer.
+func (m *Map) Size() ref.Val { return types.Int(len(m.m)) }
+
+// Iterator implements traits.Iterable, over the keys in sorted order.
+func (m *Map) Iterator() traits.Iterator {
+	keys := make([]string, 0, len(m.m))
+	for k := range m.m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return types.NewStringList(types.DefaultTypeAdapter, keys).(traits.Lister).Iterator()
+}
+
+// ConvertToNative implements ref.Val.
+func (m *Map) ConvertToNative(t reflect.Type) (any, error) {
+	if t == reflect.TypeOf(m.m) || t.Kind() == reflect.Interface && reflect.TypeOf(m.m).Implements(t) {
+		return m.m, nil
+	}
+	return types.DefaultTypeAdapter.NativeToValue(m.m).ConvertToNative(t)
+}
+
+// ConvertToType implements ref.Val.
+func (m *Map) ConvertToType(t ref.Type) ref.Val {
+	switch t {
+	case types.MapType:
+		return m
+	case types.TypeType:
+		return types.MapType
+	}
+	return types.NewErr("type conversion error from '%s' to '%s'", types.MapType, t)
+}
+
+// Equal implements ref.Val (CEL map equality).
+func (m *Map) Equal(other ref.Val) ref.Val {
+	o, ok := other.(traits.Mapper)
+	if !ok {
+		return types.False
+	}
+	if o.Size() != m.Size() {
+		return types.False
+	}
+	for k := range m.m {
+		ov, found := o.Find(types.String(k))
+		if !found {
+			return types.False
+		}
+		v, _ := m.get(k)
+		if eq := v.Equal(ov); eq != types.True {
+			return types.False
+		}
+	}
+	return types.True
+}
+
+// Type implements ref.Val.
+func (m *Map) Type() ref.Type { return types.MapType }
+
+// Value implements ref.Val: the underlying map.
+func (m *Map) Value() any { return m.m }
+
+// String renders the map for messages.
+func (m *Map) String() string { return fmt.Sprint(m.m) }
+
+// List is a lazily converted JSON array.
+type List struct {
+	l     []any
+	cache []ref.Val
+}
+
+func (l *List) at(i int) ref.Val {
+	if l.cache == nil {
+		l.cache = make([]ref.Val, len(l.l))
+	}
+	if v := l.cache[i]; v != nil {
+		return v
+	}
+	v := Of(l.l[i])
+	l.cache[i] = v
+	return v
+}
+
+// Get implements traits.Indexer.
+func (l *List) Get(index ref.Val) ref.Val {
+	i, err := types.IndexOrError(index)
+	if err != nil {
+		return types.WrapErr(err)
+	}
+	if i < 0 || i >= len(l.l) {
+		return types.NewErr("index out of bounds: %v", index)
+	}
+	return l.at(i)
+}
+
+// Size implements traits.Sizer.
+func (l *List) Size() ref.Val { return types.Int(len(l.l)) }
+
+// Contains implements traits.Container.
+func (l *List) Contains(elem ref.Val) ref.Val {
+	var err ref.Val
+	for i := range l.l {
+		eq := l.at(i).Equal(elem)
+		if eq == types.True {
+			return types.True
+		}
+		if types.IsUnknownOrError(eq) && err == nil {
+			err = eq
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return types.False
+}
+
+// Add implements traits.Adder (list concatenation).
+func (l *List) Add(other ref.Val) ref.Val {
+	o, ok := other.(traits.Lister)
+	if !ok {
+		return types.MaybeNoSuchOverloadErr(other)
+	}
+	n := int(o.Size().(types.Int))
+	if n == 0 {
+		return l
+	}
+	if len(l.l) == 0 {
+		return o
+	}
+	elems := make([]ref.Val, 0, len(l.l)+n)
+	for i := range l.l {
+		elems = append(elems, l.at(i))
+	}
+	for i := 0; i < n; i++ {
+		elems = append(elems, o.Get(types.Int(i)))
+	}
+	return types.NewRefValList(types.DefaultTypeAdapter, elems)
+}
+
+// Iterator implements traits.Iterable.
+func (l *List) Iterator() traits.Iterator { return &listIterator{l: l} }
+
+// ConvertToNative implements ref.Val.
+func (l *List) ConvertToNative(t reflect.Type) (any, error) {
+	if t == reflect.TypeOf(l.l) || t.Kind() == reflect.Interface && reflect.TypeOf(l.l).Implements(t) {
+		return l.l, nil
+	}
+	return types.DefaultTypeAdapter.NativeToValue(l.l).ConvertToNative(t)
+}
+
+// ConvertToType implements ref.Val.
+func (l *List) ConvertToType(t ref.Type) ref.Val {
+	switch t {
+	case types.ListType:
+		return l
+	case types.TypeType:
+		return types.ListType
+	}
+	return types.NewErr("type conversion error from '%s' to '%s'", types.ListType, t)
+}
+
+// Equal implements ref.Val (CEL list equality).
+func (l *List) Equal(other ref.Val) ref.Val {
+	o, ok := other.(traits.Lister)
+	if !ok {
+		return types.False
+	}
+	if o.Size() != l.Size() {
+		return types.False
+	}
+	for i := range l.l {
+		if eq := l.at(i).Equal(o.Get(types.Int(i))); eq != types.True {
+			return types.False
+		}
+	}
+	return types.True
+}
+
+// Type implements ref.Val.
+func (l *List) Type() ref.Type { return types.ListType }
+
+// Value implements ref.Val: the underlying slice.
+func (l *List) Value() any { return l.l }
+
+type listIterator struct {
+	l *List
+	i int
+}
+
+func (it *listIterator) HasNext() ref.Val { return types.Bool(it.i < len(it.l.l)) }
+
+func (it *listIterator) Next() ref.Val {
+	if it.i >= len(it.l.l) {
+		return nil
+	}
+	v := it.l.at(it.i)
+	it.i++
+	return v
+}
+
+func (it *listIterator) ConvertToNative(reflect.Type) (any, error) {
+	return nil, fmt.Errorf("type conversion on iterators not supported")
+}
+
+func (it *listIterator) ConvertToType(ref.Type) ref.Val {
+	return types.NewErr("no such overload")
+}
+
+func (it *listIterator) Equal(ref.Val) ref.Val { return types.NoSuchOverloadErr() }
+func (it *listIterator) Type() ref.Type        { return types.IteratorType }
+func (it *listIterator) Value() any            { return nil }

@@ -1,6 +1,7 @@
 package kyvernocel
 
 import (
+	"reflect"
 	"sync"
 	"testing"
 
@@ -12,6 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 )
+
+type testException struct {
+	AllowedImages []string `cel:"allowedImages"`
+	AllowedValues []string `cel:"allowedValues"`
+}
 
 // newTestEnv builds an environment like the lead's: the Kubernetes base
 // environment for stored expressions, the cel-go extensions Kyverno adds, the
@@ -35,6 +41,9 @@ func newTestEnv(t testing.TB, o Options) *cel.Env {
 		cel.Variable("request", cel.DynType),
 		cel.Variable("namespaceObject", cel.DynType),
 		cel.Variable("variables", cel.DynType),
+		// as the engine registers the exceptions type before the libraries
+		ext.NativeTypes(reflect.TypeFor[testException](), ext.ParseStructTags(true)),
+		cel.Variable("exceptions", types.NewObjectType("kyvernocel.testException")),
 	}
 	opts = append(opts, Libraries(o)...)
 	set, err := base.Extend(environment.VersionedOptions{
@@ -59,6 +68,7 @@ func TestEnvBuilds(t *testing.T) {
 			`sha256("x") == hash.sha256("x")`,
 			`json.marshal({"a": 1})`,
 			`math.round(1.234, 2) == 1.23 && math.greatest(1, 2) == 2`,
+			`exceptions.allowedImages.size() == 0 && parseServiceAccount("a").Name == ""`,
 		} {
 			if _, iss := env.Compile(expr); iss.Err() != nil {
 				t.Errorf("namespaced=%v %s: %v", ns, expr, iss.Err())

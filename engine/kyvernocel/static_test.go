@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -259,5 +260,49 @@ func TestNamespacedWithoutNamespace(t *testing.T) {
 	}
 	if !types.IsError(got) || !strings.Contains(got.(*types.Err).String(), "without the policy namespace") {
 		t.Errorf("got %v", got)
+	}
+}
+
+// Static and the bound values are shared by concurrent evaluations.
+func TestConcurrentEvaluation(t *testing.T) {
+	c, err := LoadContextFile("testdata/static/context.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStatic()
+	if err := s.AddContextFile(c); err != nil {
+		t.Fatal(err)
+	}
+	act := Bind(s, "")
+	act["object"] = map[string]any{"image": "ghcr.io/kyverno/test:1"}
+	env := cachedEnv(t, false)
+	ast, iss := env.Compile(`resource.get("v1", "configmaps", "team-a", "cm-a").data.key == "a" &&
+		image.getMetadata(object.image).config.architecture == "amd64" &&
+		parseImageReference(object.image).registry() == "ghcr.io" &&
+		size(resource.list("v1", "configmaps", "team-a").items) == 2`)
+	if iss.Err() != nil {
+		t.Fatal(iss.Err())
+	}
+	prg, err := env.Program(ast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 200 {
+				out, _, err := prg.Eval(act)
+				if err != nil || out != types.True {
+					done <- fmt.Errorf("%v %v", out, err)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -191,7 +191,7 @@ func (s *Suite) loadValues() error {
 		}
 		var v Values
 		if err := yaml.UnmarshalStrict(data, &v); err != nil {
-			return s.wrap("variables", &LoadError{File: p, Field: decodeField(err), Err: decodeDetail(err)})
+			return s.wrap("variables", &LoadError{File: p, Field: strictFieldPath(data, &v, err), Err: decodeDetail(err)})
 		}
 		if v.APIVersion == "" || v.Kind == "" {
 			return s.wrap("variables", &LoadError{File: p, Err: errors.New("values file uses the deprecated schema (set apiVersion: cli.kyverno.io/v1alpha1 and kind: Values)")})
@@ -231,7 +231,7 @@ func (s *Suite) loadUserInfo() error {
 	}
 	var u UserInfo
 	if err := yaml.UnmarshalStrict(data, &u); err != nil {
-		return s.wrap("userinfo", &LoadError{File: p, Field: decodeField(err), Err: decodeDetail(err)})
+		return s.wrap("userinfo", &LoadError{File: p, Field: strictFieldPath(data, &u, err), Err: decodeDetail(err)})
 	}
 	if u.APIVersion == "" || u.Kind == "" {
 		return s.wrap("userinfo", &LoadError{File: p, Err: errors.New("user info file uses the deprecated schema (set apiVersion: cli.kyverno.io/v1alpha1 and kind: UserInfo)")})
@@ -337,6 +337,8 @@ func isYAML(p string) bool {
 
 func (s *Suite) loadPolicies() ([]*engine.Object, error) {
 	var out []*engine.Object
+	// the same policy reached twice (a file and its folder) is read once
+	seen := map[string]string{}
 	for i, p := range s.Doc.Test.Policies {
 		field := fmt.Sprintf("policies[%d]", i)
 		files, err := yamlFiles(s.path(p), 0)
@@ -365,12 +367,18 @@ func (s *Suite) loadPolicies() ([]*engine.Object, error) {
 						s.authz = append(s.authz, ap)
 						continue
 					}
+					id := engine.ObjectID(o)
+					content, _ := json.Marshal(o.Content)
+					if first, dup := seen[id]; dup && first == string(content) {
+						continue
+					}
+					seen[id] = string(content)
 					out = append(out, o)
 				case engine.ClassException:
 					// the CLI takes exceptions from `exceptions` only
 					s.Warnings = append(s.Warnings, fmt.Sprintf("%s: %s in a policy file is not used (list it under exceptions)", o.Source, o.Ref()))
 				default:
-					return nil, s.wrap(field, &LoadError{File: o.Source, Field: "kind", Err: fmt.Errorf("%s: policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy and NamespacedValidatingPolicy)", o.Ref(), o.APIVersion, o.Kind)})
+					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy and NamespacedValidatingPolicy)", o.APIVersion, o.Kind)})
 				}
 			}
 		}
@@ -398,7 +406,7 @@ func (s *Suite) loadExceptions() ([]*engine.Object, error) {
 			case o.Kind == "PolicyException" && (o.APIVersion == "kyverno.io/v2" || o.APIVersion == "kyverno.io/v2beta1"):
 				s.Warnings = append(s.Warnings, fmt.Sprintf("%s: %s (%s) applies to kyverno.io policies only: ignored", o.Source, o.Ref(), o.APIVersion))
 			default:
-				return nil, s.wrap(field, &LoadError{File: o.Source, Field: "kind", Err: fmt.Errorf("%s: policy exception type not supported: %s %s", o.Ref(), o.APIVersion, o.Kind)})
+				return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy exception type not supported: %s %s", o.APIVersion, o.Kind)})
 			}
 		}
 	}

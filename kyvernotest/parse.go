@@ -3,10 +3,12 @@ package kyvernotest
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"path"
+	"reflect"
 	"strings"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -18,7 +20,8 @@ import (
 type LoadError struct {
 	// File is the file the problem is in (the test file, or an input it names).
 	File string
-	// Test names the test: `Test name` (or `Test #2` for an unnamed document).
+	// Test names the object: the test (`Test name`, `Test #2` for an unnamed
+	// document) or, in an input file, the object (`Kind namespace/name`).
 	Test string
 	// Field is the field path in the test, e.g. `policies[0]` or
 	// `results[3].operation`, or in the input file.
@@ -107,7 +110,18 @@ func ParseTestFile(file string, data []byte) ([]*TestDocument, error) {
 		d := &TestDocument{Path: file, Index: i + 1}
 		var t Test
 		if err := yaml.UnmarshalStrict(doc, &t); err != nil {
-			return nil, &LoadError{File: file, Test: d.Ref(), Field: decodeField(err), Err: decodeDetail(err)}
+			// name the test and the field path as well as the lenient
+			// decoding allows
+			var named struct {
+				Name     string `json:"name"`
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			_ = yaml.Unmarshal(doc, &named)
+			d.Test = &Test{Name: named.Name}
+			d.Test.ObjectMeta.Name = named.Metadata.Name
+			return nil, &LoadError{File: file, Test: d.Ref(), Field: strictFieldPath(doc, &t, err), Err: decodeDetail(err)}
 		}
 		d.Test = &t
 		if err := validateTest(d); err != nil {
@@ -226,4 +240,107 @@ func decodeDetail(err error) error {
 	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: ")
 	msg = strings.TrimPrefix(msg, "while decoding JSON: ")
 	return errors.New(msg)
+}
+
+// strictFieldPath names the field of a strict-decoding error with its path
+// (`results[0].resource`), by walking the document along the Go type.
+func strictFieldPath(doc []byte, target any, err error) string {
+	field := decodeField(err)
+	var generic any
+	if yaml.Unmarshal(doc, &generic) != nil {
+		return field
+	}
+	if p := unknownField(generic, reflect.TypeOf(target), ""); p != "" {
+		return p
+	}
+	return field
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// unknownField returns the path of the first field of v (in document order
+// of a depth-first walk) that the type t does not have.
+func unknownField(v any, t reflect.Type, path string) string {
+	for t.Kind() == reflect.Pointer {
+		if t.Implements(unmarshalerType) {
+			return ""
+		}
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(unmarshalerType) {
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		fields := map[string]reflect.Type{}
+		collectFields(t, fields)
+		for _, k := range sortedKeys(m) {
+			ft, ok := fields[k]
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if !ok {
+				return p
+			}
+			if r := unknownField(m[k], ft, p); r != "" {
+				return r
+			}
+		}
+	case reflect.Slice:
+		l, ok := v.([]any)
+		if !ok || t.Elem().Kind() == reflect.Uint8 {
+			return ""
+		}
+		for i, e := range l {
+			if r := unknownField(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); r != "" {
+				return r
+			}
+		}
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		for _, k := range sortedKeys(m) {
+			if r := unknownField(m[k], t.Elem(), path+"."+k); r != "" {
+				return r
+			}
+		}
+	}
+	return ""
+}
+
+// collectFields maps the JSON names of a struct's fields (inline embedded
+// structs included) to their types.
+func collectFields(t reflect.Type, out map[string]reflect.Type) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if tag == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				collectFields(ft, out)
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
 }

@@ -391,5 +391,4 @@ func waitRevision(t testing.TB, ts *testServer, rev uint64) {
 	}
 }
 
-
 func structpbFrom(m map[string]any) (*structpb.Struct, error) { return structpb.NewStruct(m) }

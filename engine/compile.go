@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"runtime"
 	"sort"
 	"sync"
 
@@ -59,14 +60,28 @@ type Options struct {
 func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 	ps := &PolicySet{namespaces: map[string]map[string]any{}}
 	var errs LoadErrors
-	seen := map[string]bool{}
-	var pols []*Policy
-	var excs []*Exception
+	seen := make(map[string]bool, len(objs))
+	// First pass: classify, find what is cached; second: compile the rest
+	// in parallel; third: assemble in input order.
+	type slot struct {
+		o       *Object
+		id, ver string
+		class   Class
+		policy  *Policy
+		exc     *Exception
+		err     *LoadError
+	}
+	slots := make([]slot, 0, len(objs))
+	var todo []int
+	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
 		switch class {
 		case ClassPolicy, ClassException:
-			id := identity(o)
+			id := o.id
+			if id == "" {
+				id = identity(o)
+			}
 			if seen[id] {
 				errs = append(errs, loadErr(o, "metadata.name", "duplicate %s", o.Ref()))
 				continue
@@ -77,21 +92,18 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 				sum := sha256.Sum256(canonicalJSON(o.Content))
 				version = hex.EncodeToString(sum[:])
 			}
+			s := slot{o: o, id: id, ver: version, class: class}
 			if class == ClassPolicy {
-				p, err := c.policy(id, version, o)
-				if err != nil {
-					errs = append(errs, err)
-					continue
+				if cached, ok := c.policies[id]; ok && cached.version == version {
+					s.policy = cached.policy
 				}
-				pols = append(pols, p)
-			} else {
-				e, err := c.exception(id, version, o)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				excs = append(excs, e)
+			} else if cached, ok := c.exceptions[id]; ok && cached.version == version {
+				s.exc = cached.exception
 			}
+			if s.policy == nil && s.exc == nil {
+				todo = append(todo, len(slots))
+			}
+			slots = append(slots, s)
 		case ClassNamespace:
 			if o.Name != "" {
 				ps.namespaces[o.Name] = o.Content
@@ -100,6 +112,53 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 			errs = append(errs, loadErr(o, "kind", "unsupported kind %s (apiVersion %s)", o.Kind, o.APIVersion))
 		}
 	}
+	c.mu.Unlock()
+	compileSlot := func(s *slot) {
+		if s.class == ClassPolicy {
+			s.policy, s.err = compilePolicy(c.env, s.o)
+		} else {
+			s.exc, s.err = compileException(c.env, s.o)
+		}
+	}
+	if workers := min(runtime.GOMAXPROCS(0), len(todo)/8); workers > 1 {
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					compileSlot(&slots[i])
+				}
+			}()
+		}
+		for _, i := range todo {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+	} else {
+		for _, i := range todo {
+			compileSlot(&slots[i])
+		}
+	}
+	var pols []*Policy
+	var excs []*Exception
+	c.mu.Lock()
+	for i := range slots {
+		s := &slots[i]
+		switch {
+		case s.err != nil:
+			errs = append(errs, s.err)
+		case s.policy != nil:
+			c.policies[s.id] = cachedPolicy{version: s.ver, policy: s.policy}
+			pols = append(pols, s.policy)
+		case s.exc != nil:
+			c.exceptions[s.id] = cachedException{version: s.ver, exception: s.exc}
+			excs = append(excs, s.exc)
+		}
+	}
+	c.mu.Unlock()
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -163,40 +222,6 @@ func Compile(objs []*Object, opts Options) (*PolicySet, error) {
 
 func identity(o *Object) string {
 	return o.Group() + "/" + o.Kind + "/" + o.Namespace + "/" + o.Name
-}
-
-func (c *Compiler) policy(id, version string, o *Object) (*Policy, *LoadError) {
-	c.mu.Lock()
-	cached, ok := c.policies[id]
-	c.mu.Unlock()
-	if ok && cached.version == version {
-		return cached.policy, nil
-	}
-	p, err := compilePolicy(c.env, o)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.policies[id] = cachedPolicy{version: version, policy: p}
-	c.mu.Unlock()
-	return p, nil
-}
-
-func (c *Compiler) exception(id, version string, o *Object) (*Exception, *LoadError) {
-	c.mu.Lock()
-	cached, ok := c.exceptions[id]
-	c.mu.Unlock()
-	if ok && cached.version == version {
-		return cached.exception, nil
-	}
-	e, err := compileException(c.env, o)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.exceptions[id] = cachedException{version: version, exception: e}
-	c.mu.Unlock()
-	return e, nil
 }
 
 // Forget drops cached compilations of objects not in keep (identities as

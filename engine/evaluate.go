@@ -528,8 +528,12 @@ func (st *policyState) eval(p *program) (ref.Val, error) {
 		}
 		out, _, err = p.fast.Eval(st)
 	} else {
+		prg, perr := p.trackedProgram()
+		if perr != nil {
+			return nil, perr
+		}
 		var det *cel.EvalDetails
-		out, det, err = p.prg.Eval(st)
+		out, det, err = prg.Eval(st)
 		if det != nil {
 			if c := det.ActualCost(); c != nil {
 				st.cost += *c

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -15,8 +16,13 @@ import (
 
 // program is one compiled CEL expression.
 type program struct {
-	// prg tracks cost and enforces the per-call limit.
-	prg cel.Program
+	// tracked tracks cost and enforces the per-call limit; it is planned on
+	// first use (most evaluations run fast).
+	tracked     cel.Program
+	trackedErr  error
+	trackedOnce sync.Once
+	env         *cel.Env
+	ast         *cel.Ast
 	// fast is the same expression planned without cost tracking (nil if
 	// it cannot be), run when est at the request's size level is below
 	// fastCostLimit.
@@ -30,6 +36,14 @@ type program struct {
 	// constant is the value of an expression that references nothing
 	// (a literal list, say), computed once at compile time.
 	constant ref.Val
+}
+
+// trackedProgram returns the cost-tracking program, planning it on first use.
+func (p *program) trackedProgram() (cel.Program, error) {
+	p.trackedOnce.Do(func() {
+		p.tracked, p.trackedErr = p.env.Program(p.ast)
+	})
+	return p.tracked, p.trackedErr
 }
 
 // requestInputs are the variables whose values are fixed for a request.
@@ -56,20 +70,24 @@ func compileExpr(pair celenv.Pair, expr string, want *types.Type, vars map[strin
 	if want != nil && !ast.OutputType().IsExactType(want) {
 		return nil, nil, fmt.Errorf("output is expected to be of type %s", want.TypeName())
 	}
-	prg, err := env.Program(ast)
-	if err != nil {
-		return nil, nil, err
-	}
-	p := &program{prg: prg, expr: expr}
+	p := &program{expr: expr, env: env, ast: ast}
 	if fast, err := pair.Fast.Program(ast, cel.EvalOptions(cel.OptOptimize)); err == nil {
 		p.fast = fast
 		p.est = estimate(env, ast, vars)
+	} else if _, err := p.trackedProgram(); err != nil {
+		return nil, nil, err
 	}
 	if pure, refs := isRequestPure(ast); pure {
 		p.memoKey = canonicalKey(ast, expr)
 		if !refs {
-			if v, _, err := prg.Eval(interpreter.EmptyActivation()); err == nil && !types.IsUnknownOrError(v) {
-				p.constant = v
+			prg := p.fast
+			if prg == nil {
+				prg, _ = p.trackedProgram()
+			}
+			if prg != nil {
+				if v, _, err := prg.Eval(interpreter.EmptyActivation()); err == nil && !types.IsUnknownOrError(v) {
+					p.constant = v
+				}
 			}
 		}
 	}

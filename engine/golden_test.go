@@ -40,25 +40,31 @@ type userInfo struct {
 
 type expectedCase struct {
 	// Resource is "Kind namespace/name" or "Kind name" of a resource in the file.
-	Resource    string           `json:"resource"`
-	Operation   string           `json:"operation"`
-	Mode        string           `json:"mode"`
-	SubResource string           `json:"subResource"`
-	UserInfo    *userInfo        `json:"userInfo"`
-	OldObject   map[string]any   `json:"oldObject"`
-	Allowed     *bool            `json:"allowed"`
-	Message     *string          `json:"message"`
-	Warnings    []string         `json:"warnings"`
-	Results     []expectedResult `json:"results"`
+	Resource    string         `json:"resource"`
+	Operation   string         `json:"operation"`
+	Mode        string         `json:"mode"`
+	SubResource string         `json:"subResource"`
+	UserInfo    *userInfo      `json:"userInfo"`
+	OldObject   map[string]any `json:"oldObject"`
+	Allowed     *bool          `json:"allowed"`
+	Message     *string        `json:"message"`
+	// MessageContains is text the denial message must contain.
+	MessageContains string           `json:"messageContains"`
+	Warnings        []string         `json:"warnings"`
+	Results         []expectedResult `json:"results"`
 }
 
 type expectedResult struct {
-	Policy     string            `json:"policy"`
-	Rule       string            `json:"rule"`
-	Result     string            `json:"result"`
-	Message    *string           `json:"message"`
-	Properties map[string]string `json:"properties"`
-	Exceptions []string          `json:"exceptions"`
+	Policy  string  `json:"policy"`
+	Rule    string  `json:"rule"`
+	Result  string  `json:"result"`
+	Message *string `json:"message"`
+	// MessageContains is text the result message must contain.
+	MessageContains string            `json:"messageContains"`
+	Properties      map[string]string `json:"properties"`
+	// AbsentProperties are properties the result must not have.
+	AbsentProperties []string `json:"absentProperties"`
+	Exceptions       []string `json:"exceptions"`
 }
 
 func TestGolden(t *testing.T) {
@@ -171,6 +177,9 @@ func checkDecision(t *testing.T, name string, c expectedCase, d *engine.Decision
 	if c.Message != nil && d.Message != *c.Message {
 		t.Errorf("%s: message =\n  %q\nwant\n  %q", name, d.Message, *c.Message)
 	}
+	if c.MessageContains != "" && !strings.Contains(d.Message, c.MessageContains) {
+		t.Errorf("%s: message =\n  %q\nwant it to contain\n  %q", name, d.Message, c.MessageContains)
+	}
 	if c.Warnings != nil || len(d.Warnings) > 0 {
 		if !reflect.DeepEqual(nilIfEmpty(d.Warnings), nilIfEmpty(c.Warnings)) {
 			t.Errorf("%s: warnings = %q, want %q", name, d.Warnings, c.Warnings)
@@ -196,9 +205,17 @@ func checkDecision(t *testing.T, name string, c expectedCase, d *engine.Decision
 		if w.Message != nil && r.Message != *w.Message {
 			t.Errorf("%s: %s message =\n  %q\nwant\n  %q", name, r.Policy, r.Message, *w.Message)
 		}
+		if w.MessageContains != "" && !strings.Contains(r.Message, w.MessageContains) {
+			t.Errorf("%s: %s message =\n  %q\nwant it to contain\n  %q", name, r.Policy, r.Message, w.MessageContains)
+		}
 		for k, v := range w.Properties {
 			if r.Properties[k] != v {
 				t.Errorf("%s: %s property %s = %q, want %q (all: %v)", name, r.Policy, k, r.Properties[k], v, r.Properties)
+			}
+		}
+		for _, k := range w.AbsentProperties {
+			if v, ok := r.Properties[k]; ok {
+				t.Errorf("%s: %s has property %s = %q, want none", name, r.Policy, k, v)
 			}
 		}
 		if w.Exceptions != nil {

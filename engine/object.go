@@ -28,6 +28,8 @@ type Object struct {
 	// its stored bytes); the compiler reuses what it compiled for the same
 	// identity and version. Empty means "compute it from Content".
 	Version string
+
+	id string
 }
 
 // NewObject wraps JSON-shaped content.
@@ -39,6 +41,7 @@ func NewObject(source string, content map[string]any) *Object {
 		o.Name, _ = md["name"].(string)
 		o.Namespace, _ = md["namespace"].(string)
 	}
+	o.id = identity(o)
 	return o
 }
 

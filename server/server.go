@@ -185,7 +185,7 @@ func (s *Server) loadSnapshot(ctx context.Context) error {
 	}
 	s.swap(&Snapshot{Revision: snap.Revision, Digest: snap.Digest, Time: snap.Time, Set: set, objects: objs, next: make(chan struct{})})
 	s.log.Info("store loaded", "path", s.store.Path(), "revision", snap.Revision, "digest", snap.Digest,
-		"objects", len(objs), "policies", len(set.Policies()), "exceptions", len(set.Exceptions()), "took", time.Since(start).Round(time.Millisecond))
+		"objects", objs.len(), "policies", len(set.Policies()), "exceptions", len(set.Exceptions()), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -35,7 +35,13 @@ type testServer struct {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// startServer starts a server without fsync (tests); startSyncedServer with it.
 func startServer(t testing.TB, cfg server.Config) *testServer {
+	cfg.NoSync = true
+	return startSyncedServer(t, cfg)
+}
+
+func startSyncedServer(t testing.TB, cfg server.Config) *testServer {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
@@ -43,7 +49,6 @@ func startServer(t testing.TB, cfg server.Config) *testServer {
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
-	cfg.NoSync = true
 	srv, err := server.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -19,65 +19,100 @@ type Snapshot struct {
 	// Time is when the revision was committed.
 	Time time.Time
 	Set  *engine.PolicySet
-	// objects are the stored objects of the revision, decoded.
-	objects map[store.Key]*engine.Object
+	// objects are the stored objects of the revision, decoded, in key order.
+	objects *objectSet
 	// next is closed when a newer snapshot replaces this one.
 	next chan struct{}
 }
 
 // Objects returns the number of stored objects.
-func (s *Snapshot) Objects() int { return len(s.objects) }
+func (s *Snapshot) Objects() int { return s.objects.len() }
 
 // Object returns a stored object.
-func (s *Snapshot) Object(k store.Key) (*engine.Object, bool) {
-	o, ok := s.objects[k]
-	return o, ok
-}
+func (s *Snapshot) Object(k store.Key) (*engine.Object, bool) { return s.objects.get(k) }
 
 // Next returns a channel closed when a newer snapshot is swapped in.
 func (s *Snapshot) Next() <-chan struct{} { return s.next }
 
-// sortedObjects returns the snapshot's objects in key order.
-func sortedObjects(m map[store.Key]*engine.Object) []*engine.Object {
-	keys := make([]store.Key, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// objectSet is an immutable set of objects in key order.
+type objectSet struct {
+	keys []store.Key
+	objs []*engine.Object
+}
+
+func (o *objectSet) len() int {
+	if o == nil {
+		return 0
 	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-	out := make([]*engine.Object, len(keys))
-	for i, k := range keys {
-		out[i] = m[k]
+	return len(o.keys)
+}
+
+func (o *objectSet) get(k store.Key) (*engine.Object, bool) {
+	if o == nil {
+		return nil, false
 	}
-	return out
+	i := sort.Search(len(o.keys), func(i int) bool { return !keyLess(o.keys[i], k) })
+	if i < len(o.keys) && o.keys[i] == k {
+		return o.objs[i], true
+	}
+	return nil, false
+}
+
+// apply returns the set with changes applied: a merge of two sorted
+// sequences, so a commit costs O(n) without sorting.
+func (o *objectSet) apply(changes []store.Change) (*objectSet, error) {
+	if !sort.SliceIsSorted(changes, func(i, j int) bool { return keyLess(changes[i].Key, changes[j].Key) }) {
+		changes = append([]store.Change(nil), changes...)
+		sort.SliceStable(changes, func(i, j int) bool { return keyLess(changes[i].Key, changes[j].Key) })
+	}
+	n := o.len()
+	out := &objectSet{keys: make([]store.Key, 0, n+len(changes)), objs: make([]*engine.Object, 0, n+len(changes))}
+	i := 0
+	for _, c := range changes {
+		for i < n && keyLess(o.keys[i], c.Key) {
+			out.keys = append(out.keys, o.keys[i])
+			out.objs = append(out.objs, o.objs[i])
+			i++
+		}
+		if i < n && o.keys[i] == c.Key {
+			i++ // replaced or deleted
+		}
+		if c.Op != store.OpUpsert {
+			continue
+		}
+		obj, err := decodeObject(c.Key, c.Value)
+		if err != nil {
+			return nil, err
+		}
+		if got := KeyOf(obj); got != c.Key {
+			return nil, &engine.LoadError{Source: obj.Source, Object: obj.Ref(), Detail: fmt.Sprintf("key %s does not match the object (%s)", c.Key, got)}
+		}
+		if err := storable(obj); err != nil {
+			return nil, err
+		}
+		if k := len(out.keys); k > 0 && out.keys[k-1] == c.Key {
+			out.objs[k-1] = obj // last change of a key wins
+			continue
+		}
+		out.keys = append(out.keys, c.Key)
+		out.objs = append(out.objs, obj)
+	}
+	for ; i < n; i++ {
+		out.keys = append(out.keys, o.keys[i])
+		out.objs = append(out.objs, o.objs[i])
+	}
+	return out, nil
 }
 
 // build compiles the content that results from applying changes to base.
-// It returns the new object map and policy set, or the load errors that
+// It returns the new object set and policy set, or the load errors that
 // make the content invalid.
-func (s *Server) build(base map[store.Key]*engine.Object, changes []store.Change) (map[store.Key]*engine.Object, *engine.PolicySet, error) {
-	objs := make(map[store.Key]*engine.Object, len(base)+len(changes))
-	for k, o := range base {
-		objs[k] = o
+func (s *Server) build(base *objectSet, changes []store.Change) (*objectSet, *engine.PolicySet, error) {
+	objs, err := base.apply(changes)
+	if err != nil {
+		return nil, nil, err
 	}
-	for _, c := range changes {
-		switch c.Op {
-		case store.OpDelete:
-			delete(objs, c.Key)
-		case store.OpUpsert:
-			o, err := decodeObject(c.Key, c.Value)
-			if err != nil {
-				return nil, nil, err
-			}
-			if got := KeyOf(o); got != c.Key {
-				return nil, nil, &engine.LoadError{Source: o.Source, Object: o.Ref(), Detail: fmt.Sprintf("key %s does not match the object (%s)", c.Key, got)}
-			}
-			if err := storable(o); err != nil {
-				return nil, nil, err
-			}
-			objs[c.Key] = o
-		}
-	}
-	set, err := s.compiler.Compile(sortedObjects(objs), engine.Options{})
+	set, err := s.compiler.Compile(objs.objs, engine.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -113,4 +148,18 @@ func (s *Server) WaitRevision(ctx context.Context, rev uint64) (*Snapshot, error
 			return s.snap.Load(), ctx.Err()
 		}
 	}
+}
+
+// keyLess orders keys by group, kind, namespace and name.
+func keyLess(a, b store.Key) bool {
+	if a.Group != b.Group {
+		return a.Group < b.Group
+	}
+	if a.Kind != b.Kind {
+		return a.Kind < b.Kind
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
 }

@@ -123,7 +123,7 @@ func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbi
 				keep[c.Key] = true
 			}
 			batch.Changes = append(batch.Changes, upserts...)
-			for k := range base.objects {
+			for _, k := range base.objects.keys {
 				if !keep[k] {
 					batch.Changes = append(batch.Changes, store.Change{Op: store.OpDelete, Key: k})
 				}

@@ -231,9 +231,12 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:         timeout,
-		NoSync:          opts.NoSync,
-		FreelistType:    bolt.FreelistMapType,
+		Timeout:      timeout,
+		NoSync:       opts.NoSync,
+		FreelistType: bolt.FreelistMapType,
+		// The freelist is rebuilt on open instead of written on every commit:
+		// one fewer page write and sync per commit.
+		NoFreelistSync:  true,
 		InitialMmapSize: 64 << 20, // fewer remaps, so readers rarely block the writer
 	})
 	if err != nil {

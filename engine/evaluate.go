@@ -72,6 +72,9 @@ type Result struct {
 	// status is the engine's outcome (a fail of an unscored policy is
 	// reported as warn but still acted on as a fail).
 	status string
+	// ruleMessage is the engine's message, before report overrides from
+	// properties; admission denials and warnings use it.
+	ruleMessage string
 }
 
 // Decision is the outcome of a request.
@@ -132,7 +135,7 @@ func (d *Decision) applyActions() {
 		if r.status == ResultError {
 			verb = "error"
 		}
-		text := fmt.Sprintf("Policy %s %s: %s", p.Name, verb, r.Message)
+		text := fmt.Sprintf("Policy %s %s: %s", p.Name, verb, r.ruleMessage)
 		if p.deny {
 			d.Denials = append(d.Denials, text)
 		}
@@ -212,10 +215,12 @@ func newEvalRequest(ctx context.Context, ps *PolicySet, req *Request) *evalReque
 }
 
 // toVal returns the activation value of an object: a lazily converted,
-// cached view shared by every policy of the request, or null.
+// cached view shared by every policy of the request. An absent object
+// (oldObject on CREATE, object on DELETE) is an empty map, as Kyverno
+// passes it; request.object and request.oldObject are null then.
 func toVal(m map[string]any) any {
 	if m == nil {
-		return types.NullValue
+		return jsonval.NewMap(map[string]any{})
 	}
 	return jsonval.NewMap(m)
 }
@@ -254,13 +259,15 @@ func (rq *evalRequest) result(p *Policy, rule, result, message string, props map
 		Severity:        p.severity,
 		policy:          p,
 		status:          result,
+		ruleMessage:     message,
 		Actions:         p.actionNames,
 	}
+	proc := rq.process(p)
 	if r.Properties == nil {
 		// Shared, read-only: results' properties are never modified in place.
-		r.Properties = processProps[rq.process(p)]
-	} else {
-		r.Properties[PropProcess] = rq.process(p)
+		r.Properties = processProps[proc]
+	} else if proc != "" {
+		r.Properties[PropProcess] = proc
 	}
 	if result == ResultFail && !p.scored {
 		r.Result = ResultWarn
@@ -272,6 +279,7 @@ func (rq *evalRequest) result(p *Policy, rule, result, message string, props map
 var processProps = map[string]map[string]string{
 	"admission review": {PropProcess: "admission review"},
 	"background scan":  {PropProcess: "background scan"},
+	"":                 {},
 }
 
 func (rq *evalRequest) process(p *Policy) string {
@@ -284,7 +292,10 @@ func (rq *evalRequest) process(p *Policy) string {
 	if p.Spec.BackgroundEnabled() {
 		return "background scan"
 	}
-	return "admission review"
+	if p.Spec.AdmissionEnabled() {
+		return "admission review"
+	}
+	return ""
 }
 
 // refusal is a matched exception whose compensating controls refused it.
@@ -451,7 +462,7 @@ func (rq *evalRequest) withRefusal(r Result, v *variant, granted []*Exception, r
 	if v.templatePath != "" {
 		msg = fmt.Sprintf("%s (pod template at %s)", msg, v.templatePath)
 	}
-	r.Message = msg
+	r.Message, r.ruleMessage = msg, msg
 	r.Exceptions = []string{first.exception.Key()}
 	props := make(map[string]string, len(r.Properties)+1)
 	for k, v := range r.Properties {
@@ -462,12 +473,15 @@ func (rq *evalRequest) withRefusal(r Result, v *variant, granted []*Exception, r
 	return r
 }
 
-// applyMessageProperties applies Kyverno's message overrides from result
-// properties (audit annotations named after a result status, or "message").
+// applyMessageProperties applies Kyverno's report message overrides from
+// result properties (audit annotations): first the one named after the
+// result's status before any warn conversion (passMessage, failMessage,
+// ...), then "message", which wins.
 func applyMessageProperties(r *Result) {
-	if m, ok := r.Properties[r.Result+"Message"]; ok {
+	if m, ok := r.Properties[r.status+"Message"]; ok {
 		r.Message = m
-	} else if m, ok := r.Properties["message"]; ok {
+	}
+	if m, ok := r.Properties["message"]; ok {
 		r.Message = m
 	}
 }
@@ -622,9 +636,6 @@ func (st *policyState) auditAnnotations() (map[string]string, error) {
 		v, err := st.eval(a.prog)
 		if err != nil {
 			return nil, fmt.Errorf("failed to evaluate auditAnnotation '%s': %w", a.key, err)
-		}
-		if v == types.NullValue {
-			continue
 		}
 		s, err := asString(v)
 		if err != nil {

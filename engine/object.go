@@ -214,7 +214,12 @@ func decodeStrict(o *Object, v any) *LoadError {
 	}
 	strict, err := sigsjson.UnmarshalStrict(data, v)
 	if err != nil {
-		return loadErr(o, jsonErrorField(err), "%s", jsonErrorDetail(err))
+		field := jsonErrorField(err)
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field = indexedPath(o.Content, field, te.Value)
+		}
+		return loadErr(o, field, "%s", jsonErrorDetail(err))
 	}
 	if len(strict) > 0 {
 		return loadErr(o, strictField(strict[0]), "%s", strictDetail(strict[0]))
@@ -290,4 +295,58 @@ func canonicalJSON(content map[string]any) []byte {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(content)
 	return bytes.TrimSpace(buf.Bytes())
+}
+
+// indexedPath turns a dotted field path without list indices (as
+// encoding/json reports type errors) into the path of the first value of
+// kind jsonKind found there, with indices: spec.matchConditions[0].name.
+func indexedPath(content map[string]any, dotted, kind string) string {
+	parts := strings.Split(dotted, ".")
+	var walk func(v any, i int, prefix string) (string, bool)
+	walk = func(v any, i int, prefix string) (string, bool) {
+		if i == len(parts) {
+			return prefix, jsonKind(v) == kind
+		}
+		if l, ok := v.([]any); ok {
+			for idx, e := range l {
+				if p, ok := walk(e, i, fmt.Sprintf("%s[%d]", prefix, idx)); ok {
+					return p, true
+				}
+			}
+			return "", false
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		child, ok := m[parts[i]]
+		if !ok {
+			return "", false
+		}
+		next := parts[i]
+		if prefix != "" {
+			next = prefix + "." + parts[i]
+		}
+		return walk(child, i+1, next)
+	}
+	if p, ok := walk(content, 0, ""); ok {
+		return p
+	}
+	return dotted
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case bool:
+		return "bool"
+	case string:
+		return "string"
+	case int64, float64:
+		return "number"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "null"
 }

@@ -115,10 +115,14 @@ func Load(doc *TestDocument) (*Suite, error) {
 	if err != nil {
 		if l := engine.AsLoadErrors(err); l != nil {
 			msgs := make([]string, len(l))
+			field, what := "exceptions", "exceptions"
 			for i, e := range l {
 				msgs[i] = e.Error()
+				if !strings.HasPrefix(e.Object, engine.KindPolicyException+" ") {
+					field, what = "policies", "policies"
+				}
 			}
-			return nil, s.errorf("policies", "cannot load policies:\n  %s", strings.Join(msgs, "\n  "))
+			return nil, s.errorf(field, "cannot load %s:\n  %s", what, strings.Join(msgs, "\n  "))
 		}
 		return nil, s.errorf("policies", "%v", err)
 	}

@@ -34,14 +34,14 @@ type Test struct {
 	Policies  []string `json:"policies,omitempty"`
 	Resources []string `json:"resources,omitempty"`
 	// JSONPayload is deprecated; it is folded into JSONPayloads.
-	JSONPayload      string   `json:"jsonPayload,omitempty"`
-	JSONPayloads     []string `json:"jsonPayloads,omitempty"`
-	HTTPPayloads     []string `json:"httpPayloads,omitempty"`
-	EnvoyPayloads    []string `json:"envoyPayloads,omitempty"`
-	TargetResources  []string `json:"targetResources,omitempty"`
-	Variables        string   `json:"variables,omitempty"`
-	ParamResources   []string `json:"paramResources,omitempty"`
-	UserInfo         string   `json:"userinfo,omitempty"`
+	JSONPayload      string       `json:"jsonPayload,omitempty"`
+	JSONPayloads     []string     `json:"jsonPayloads,omitempty"`
+	HTTPPayloads     []string     `json:"httpPayloads,omitempty"`
+	EnvoyPayloads    []string     `json:"envoyPayloads,omitempty"`
+	TargetResources  []string     `json:"targetResources,omitempty"`
+	Variables        string       `json:"variables,omitempty"`
+	ParamResources   []string     `json:"paramResources,omitempty"`
+	UserInfo         string       `json:"userinfo,omitempty"`
 	Results          []TestResult `json:"results,omitempty"`
 	Values           *ValuesSpec  `json:"values,omitempty"`
 	PolicyExceptions []string     `json:"exceptions,omitempty"`

@@ -397,3 +397,55 @@ func waitRevision(t testing.TB, ts *testServer, rev uint64) {
 }
 
 func structpbFrom(m map[string]any) (*structpb.Struct, error) { return structpb.NewStruct(m) }
+
+// A follower is NOT_SERVING until it has synced with its primary.
+func TestFollowerNotServingUntilSynced(t *testing.T) {
+	ctx := context.Background()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	primaryAddr := lis.Addr().String()
+	lis.Close()
+	f := startServer(t, server.Config{Follow: primaryAddr, ReplicaID: "early"})
+	time.Sleep(300 * time.Millisecond)
+	if ok, _ := f.c.Serving(ctx); ok {
+		t.Fatal("a follower that never reached its primary is SERVING")
+	}
+	st, err := f.c.Status(ctx)
+	if err != nil || st.GetServing() || len(st.GetWarnings()) == 0 {
+		t.Fatalf("status before sync: %v %v", st, err)
+	}
+	// Decisions still answer, at the follower's (empty) revision, unless a
+	// min_revision is asked for.
+	if _, err := f.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: objectJSON(t, violatingPod), MinRevision: 1}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("min_revision on an unsynced follower: %v", err)
+	}
+	// Now the primary comes up on that address.
+	srv, err := server.New(ctx, server.Config{DataDir: t.TempDir(), Logger: quietLogger(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.LoadObjects(ctx, readObjects(t, pssDir)); err != nil {
+		t.Fatal(err)
+	}
+	lis, err = net.Listen("tcp", primaryAddr)
+	if err != nil {
+		t.Skipf("port %s taken meanwhile: %v", primaryAddr, err)
+	}
+	go srv.Serve(lis)
+	defer srv.Shutdown(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ok, _ := f.c.Serving(ctx); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("follower never became SERVING")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if rev := f.Current().Revision; rev != 1 {
+		t.Fatalf("follower at %d, want 1", rev)
+	}
+}

@@ -82,8 +82,10 @@ type Server struct {
 	follower  *follower
 
 	closeOnce sync.Once
-	stop      context.CancelFunc
-	done      chan struct{}
+	// runCtx ends when the server shuts down (follower loops, follow streams).
+	runCtx context.Context
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 // ServiceName is the health service name of the decision service.
@@ -156,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	reflection.Register(s.grpc)
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	s.stop = cancel
+	s.runCtx, s.stop = runCtx, cancel
 	if cfg.Follow != "" {
 		s.follower = newFollower(s, cfg.Follow)
 		go s.follower.run(runCtx)

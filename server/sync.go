@@ -171,6 +171,9 @@ func (s *Server) serveFollower(stream arbiterv1.SyncService_SyncServer, req *arb
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	// Follow streams never end on their own: end them when the server shuts
+	// down, so a graceful stop does not wait for them.
+	defer context.AfterFunc(s.runCtx, cancel)()
 	id := req.GetReplicaId()
 	addr := ""
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {

@@ -186,18 +186,18 @@ func (s *Server) serveFollower(stream arbiterv1.SyncService_SyncServer, req *arb
 	defer s.followers.disconnect(f)
 	s.log.Info("follower connected", "replica", id, "addr", addr, "from", req.GetFromRevision())
 
-	var recvErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
+	// The receiver ends with the stream: a handler cannot interrupt Recv,
+	// so it is not waited for.
+	recvDone := make(chan error, 1)
 	go func() {
-		defer wg.Done()
 		defer cancel()
 		for {
 			m, err := stream.Recv()
 			if err != nil {
-				if !errors.Is(err, io.EOF) && status.Code(err) != codes.Canceled {
-					recvErr = err
+				if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+					err = nil
 				}
+				recvDone <- err
 				return
 			}
 			if a, ok := m.GetKind().(*arbiterv1.SyncRequest_Ack); ok {
@@ -206,14 +206,16 @@ func (s *Server) serveFollower(stream arbiterv1.SyncService_SyncServer, req *arb
 		}
 	}()
 	err := s.sendChanges(ctx, stream, req.GetFromRevision(), req.GetDigest())
-	cancel()
-	wg.Wait()
 	s.log.Info("follower disconnected", "replica", id)
+	select {
+	case rerr := <-recvDone:
+		if rerr != nil {
+			return rerr
+		}
+	default:
+	}
 	if err != nil && ctx.Err() == nil {
 		return toStatus(err)
-	}
-	if recvErr != nil {
-		return recvErr
 	}
 	return nil
 }

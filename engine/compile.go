@@ -205,7 +205,8 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 		}
 	}
 	for _, p := range pols {
-		ps.entries = append(ps.entries, &entry{policy: p, exceptions: byRef[PolicyRef{Name: p.Name, Kind: p.Kind}]})
+		excs := byRef[PolicyRef{Name: p.Name, Kind: p.Kind}]
+		ps.entries = append(ps.entries, &entry{policy: p, exceptions: excs, index: newExceptionIndex(excs)})
 	}
 	ps.index()
 	return ps, nil
@@ -264,6 +265,7 @@ type PolicySet struct {
 type entry struct {
 	policy     *Policy
 	exceptions []*Exception
+	index      *exceptionIndex
 }
 
 // Policies returns the compiled policies, in evaluation order.

@@ -326,7 +326,9 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 	var refused []refusal
 	full := false
 	allowedImages, allowedValues := []string{}, []string{}
-	for _, ex := range e.exceptions {
+	var buf [8]int
+	for _, i := range e.index.candidates(rq.req.Object, buf[:0]) {
+		ex := e.exceptions[i]
 		if ex.Expired(rq.now) || ex.refuted(rq.req.Object) {
 			continue
 		}
@@ -357,8 +359,18 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 	if full {
 		return rq.exemption(p, granted)
 	}
-	st.exceptions = &celenv.Exception{AllowedImages: allowedImages, AllowedValues: allowedValues}
-	st.vars = newVarsValue(st)
+	if len(allowedImages) == 0 && len(allowedValues) == 0 {
+		st.exceptions = &noExceptions
+	} else {
+		st.exceptions = &celenv.Exception{AllowedImages: allowedImages, AllowedValues: allowedValues}
+	}
+	st.varsStore = varsValue{st: st}
+	if n := len(v.variables); n <= len(st.varsArray) {
+		st.varsStore.values = st.varsArray[:n]
+	} else {
+		st.varsStore.values = make([]ref.Val, n)
+	}
+	st.vars = &st.varsStore
 
 	matched, err := st.match(v.matchConditions, p.failurePolicy)
 	if err != nil {
@@ -502,6 +514,8 @@ type policyState struct {
 	rq         *evalRequest
 	v          *variant
 	vars       *varsValue
+	varsStore  varsValue
+	varsArray  [8]ref.Val
 	exceptions *celenv.Exception
 	cost       uint64
 	libs       map[string]any
@@ -692,9 +706,9 @@ type varsValue struct {
 
 var varsTypeValue = types.NewTypeValue(celenv.VariablesTypeName, traits.IndexerType|traits.FieldTesterType|traits.IterableType)
 
-func newVarsValue(st *policyState) *varsValue {
-	return &varsValue{st: st, values: make([]ref.Val, len(st.v.variables))}
-}
+// noExceptions is the `exceptions` value when no image- or value-based
+// exception applies (read-only).
+var noExceptions = celenv.Exception{AllowedImages: []string{}, AllowedValues: []string{}}
 
 func (m *varsValue) index(name string) int {
 	for i, v := range m.st.v.variables {

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
@@ -122,4 +125,86 @@ func (g *guard) refutes(object map[string]any) bool {
 		}
 	}
 	return true
+}
+
+// exceptionIndex finds, for a request, the exceptions of a policy that are
+// not refuted by a guard, without visiting the others: each guarded
+// exception is filed under its first guard's path and values.
+type exceptionIndex struct {
+	unguarded []int
+	paths     [][]string
+	byValue   []map[string][]int
+	// anyValue[i] are the exceptions filed under paths[i], for objects
+	// whose value there is not a string (the guard cannot refute them).
+	anyValue [][]int
+}
+
+func newExceptionIndex(excs []*Exception) *exceptionIndex {
+	ix := &exceptionIndex{}
+	pathIndex := map[string]int{}
+	for i, ex := range excs {
+		var g *guard
+		for _, gs := range ex.guards {
+			if len(gs) > 0 {
+				g = &gs[0]
+				break
+			}
+		}
+		if g == nil {
+			ix.unguarded = append(ix.unguarded, i)
+			continue
+		}
+		key := strings.Join(g.path, "\x00")
+		p, ok := pathIndex[key]
+		if !ok {
+			p = len(ix.paths)
+			pathIndex[key] = p
+			ix.paths = append(ix.paths, g.path)
+			ix.byValue = append(ix.byValue, map[string][]int{})
+			ix.anyValue = append(ix.anyValue, nil)
+		}
+		for _, v := range g.values {
+			ix.byValue[p][v] = append(ix.byValue[p][v], i)
+		}
+		ix.anyValue[p] = append(ix.anyValue[p], i)
+	}
+	return ix
+}
+
+// candidates returns, in order, the indexes of the exceptions that may
+// match object; buf is reused.
+func (ix *exceptionIndex) candidates(object map[string]any, buf []int) []int {
+	out := append(buf[:0], ix.unguarded...)
+	for p, path := range ix.paths {
+		if object == nil {
+			out = append(out, ix.anyValue[p]...)
+			continue
+		}
+		v, ok := lookupPath(object, path)
+		s, isString := v.(string)
+		if !ok || !isString {
+			out = append(out, ix.anyValue[p]...)
+			continue
+		}
+		out = append(out, ix.byValue[p][s]...)
+	}
+	if len(ix.paths) > 0 && len(out) > 1 {
+		slices.Sort(out)
+		out = slices.Compact(out)
+	}
+	return out
+}
+
+func lookupPath(object map[string]any, path []string) (any, bool) {
+	var cur any = object
+	for _, f := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[f]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
 }

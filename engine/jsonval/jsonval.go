@@ -72,16 +72,12 @@ func (m *Map) get(k string) (ref.Val, bool) {
 	if !ok {
 		return nil, false
 	}
-	switch raw.(type) {
-	case map[string]any, []any:
-		v := Of(raw)
-		if m.cache == nil {
-			m.cache = make([]entry, 0, 4)
-		}
-		m.cache = append(m.cache, entry{key: k, val: v})
-		return v, true
+	v := Of(raw)
+	if m.cache == nil {
+		m.cache = make([]entry, 0, 4)
 	}
-	return Of(raw), true
+	m.cache = append(m.cache, entry{key: k, val: v})
+	return v, true
 }
 
 // Find implements traits.Mapper.

@@ -21,7 +21,8 @@ run: build
 test: proto-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 10s ./engine/manifest
+	$(GO) test -run '^$$' -fuzz FuzzParse$$ -fuzztime 10s ./engine/manifest
+	$(GO) test -run '^$$' -fuzz FuzzDecodeJSON -fuzztime 10s ./engine/manifest
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -222,11 +222,12 @@ func Decode(raw []byte) (map[string]any, error) {
 // DecodeJSON decodes one JSON object with Kubernetes number handling
 // (integers as int64, other numbers as float64).
 func DecodeJSON(js []byte) (map[string]any, error) {
-	var obj map[string]any
-	if err := utiljson.Unmarshal(js, &obj); err != nil {
+	v, err := decodeJSONValue(js)
+	if err != nil {
 		return nil, err
 	}
-	if obj == nil {
+	obj, ok := v.(map[string]any)
+	if !ok {
 		return nil, fmt.Errorf("document is not an object")
 	}
 	return obj, nil

@@ -1,0 +1,345 @@
+package manifest
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// decodeJSONValue is a small, allocation-lean JSON decoder producing the
+// same JSON-shaped data as Kubernetes' decoding (k8s.io/apimachinery
+// util/json): objects as map[string]any (the last of duplicate keys
+// wins), arrays as []any, integers that fit int64 as int64, other numbers
+// as float64, strings (invalid UTF-8 replaced by U+FFFD), bools and nil.
+// FuzzDecodeJSON checks it against that decoder.
+func decodeJSONValue(data []byte) (any, error) {
+	d := jsonDecoder{data: data}
+	d.skipSpace()
+	v, err := d.value(0)
+	if err != nil {
+		return nil, err
+	}
+	d.skipSpace()
+	if d.pos != len(d.data) {
+		return nil, d.errorf("invalid character %q after top-level value", d.data[d.pos])
+	}
+	return v, nil
+}
+
+// maxJSONDepth bounds nesting, as encoding/json does (10000).
+const maxJSONDepth = 10000
+
+type jsonDecoder struct {
+	data []byte
+	pos  int
+}
+
+var errJSONEnd = errors.New("unexpected end of JSON input")
+
+func (d *jsonDecoder) errorf(format string, args ...any) error {
+	return fmt.Errorf("invalid JSON at offset %d: %s", d.pos, fmt.Sprintf(format, args...))
+}
+
+func (d *jsonDecoder) skipSpace() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (d *jsonDecoder) value(depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, d.errorf("exceeded max depth")
+	}
+	if d.pos >= len(d.data) {
+		return nil, errJSONEnd
+	}
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		return d.object(depth)
+	case c == '[':
+		return d.array(depth)
+	case c == '"':
+		return d.string()
+	case c == 't':
+		return d.literal("true", true)
+	case c == 'f':
+		return d.literal("false", false)
+	case c == 'n':
+		return d.literal("null", nil)
+	case c == '-' || c >= '0' && c <= '9':
+		return d.number()
+	default:
+		return nil, d.errorf("invalid character %q looking for beginning of value", c)
+	}
+}
+
+func (d *jsonDecoder) literal(word string, v any) (any, error) {
+	if len(d.data)-d.pos < len(word) {
+		return nil, errJSONEnd
+	}
+	if string(d.data[d.pos:d.pos+len(word)]) != word {
+		return nil, d.errorf("invalid literal")
+	}
+	d.pos += len(word)
+	return v, nil
+}
+
+func (d *jsonDecoder) object(depth int) (any, error) {
+	d.pos++ // {
+	m := make(map[string]any)
+	d.skipSpace()
+	if d.pos < len(d.data) && d.data[d.pos] == '}' {
+		d.pos++
+		return m, nil
+	}
+	for {
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return nil, errJSONEnd
+		}
+		if d.data[d.pos] != '"' {
+			return nil, d.errorf("invalid character %q looking for beginning of object key string", d.data[d.pos])
+		}
+		k, err := d.string()
+		if err != nil {
+			return nil, err
+		}
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return nil, errJSONEnd
+		}
+		if d.data[d.pos] != ':' {
+			return nil, d.errorf("invalid character %q after object key", d.data[d.pos])
+		}
+		d.pos++
+		d.skipSpace()
+		v, err := d.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		m[k.(string)] = v
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return nil, errJSONEnd
+		}
+		switch d.data[d.pos] {
+		case ',':
+			d.pos++
+		case '}':
+			d.pos++
+			return m, nil
+		default:
+			return nil, d.errorf("invalid character %q after object key:value pair", d.data[d.pos])
+		}
+	}
+}
+
+func (d *jsonDecoder) array(depth int) (any, error) {
+	d.pos++ // [
+	l := make([]any, 0, 4)
+	d.skipSpace()
+	if d.pos < len(d.data) && d.data[d.pos] == ']' {
+		d.pos++
+		return l, nil
+	}
+	for {
+		d.skipSpace()
+		v, err := d.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		l = append(l, v)
+		d.skipSpace()
+		if d.pos >= len(d.data) {
+			return nil, errJSONEnd
+		}
+		switch d.data[d.pos] {
+		case ',':
+			d.pos++
+		case ']':
+			d.pos++
+			return l, nil
+		default:
+			return nil, d.errorf("invalid character %q after array element", d.data[d.pos])
+		}
+	}
+}
+
+func (d *jsonDecoder) string() (any, error) {
+	d.pos++ // "
+	start := d.pos
+	// Fast path: no escapes, valid ASCII/UTF-8.
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		if c == '"' {
+			s := d.data[start:d.pos]
+			d.pos++
+			if utf8.Valid(s) {
+				return string(s), nil
+			}
+			return string([]rune(string(s))), nil // invalid bytes become U+FFFD
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			return nil, d.errorf("invalid character %q in string literal", c)
+		}
+		d.pos++
+	}
+	if d.pos >= len(d.data) {
+		return nil, errJSONEnd
+	}
+	// Slow path with escapes.
+	buf := make([]byte, 0, d.pos-start+16)
+	buf = append(buf, d.data[start:d.pos]...)
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		switch {
+		case c == '"':
+			d.pos++
+			if utf8.Valid(buf) {
+				return string(buf), nil
+			}
+			return string([]rune(string(buf))), nil
+		case c == '\\':
+			d.pos++
+			if d.pos >= len(d.data) {
+				return nil, errJSONEnd
+			}
+			e := d.data[d.pos]
+			d.pos++
+			switch e {
+			case '"', '\\', '/':
+				buf = append(buf, e)
+			case 'b':
+				buf = append(buf, '\b')
+			case 'f':
+				buf = append(buf, '\f')
+			case 'n':
+				buf = append(buf, '\n')
+			case 'r':
+				buf = append(buf, '\r')
+			case 't':
+				buf = append(buf, '\t')
+			case 'u':
+				r, ok := d.hex4()
+				if !ok {
+					return nil, d.errorf("invalid \\u escape")
+				}
+				if utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if d.pos+1 < len(d.data) && d.data[d.pos] == '\\' && d.data[d.pos+1] == 'u' {
+						save := d.pos
+						d.pos += 2
+						var ok2 bool
+						if r2, ok2 = d.hex4(); !ok2 {
+							return nil, d.errorf("invalid \\u escape")
+						}
+						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+							buf = utf8.AppendRune(buf, dec)
+							continue
+						}
+						d.pos = save
+					}
+					buf = utf8.AppendRune(buf, utf8.RuneError)
+					continue
+				}
+				buf = utf8.AppendRune(buf, r)
+			default:
+				return nil, d.errorf("invalid escape character %q", e)
+			}
+		case c < 0x20:
+			return nil, d.errorf("invalid character %q in string literal", c)
+		default:
+			buf = append(buf, c)
+			d.pos++
+		}
+	}
+	return nil, errJSONEnd
+}
+
+func (d *jsonDecoder) hex4() (rune, bool) {
+	if len(d.data)-d.pos < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d.data[d.pos : d.pos+4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	d.pos += 4
+	return r, true
+}
+
+func (d *jsonDecoder) number() (any, error) {
+	start := d.pos
+	if d.data[d.pos] == '-' {
+		d.pos++
+	}
+	digits := func() int {
+		n := 0
+		for d.pos < len(d.data) && d.data[d.pos] >= '0' && d.data[d.pos] <= '9' {
+			d.pos++
+			n++
+		}
+		return n
+	}
+	if d.pos >= len(d.data) {
+		return nil, errJSONEnd
+	}
+	if d.data[d.pos] == '0' {
+		d.pos++
+	} else if digits() == 0 {
+		return nil, d.errorf("invalid character in numeric literal")
+	}
+	isInt := true
+	if d.pos < len(d.data) && d.data[d.pos] == '.' {
+		isInt = false
+		d.pos++
+		if digits() == 0 {
+			return nil, d.errorf("invalid character after decimal point in numeric literal")
+		}
+	}
+	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
+		isInt = false
+		d.pos++
+		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
+			d.pos++
+		}
+		if digits() == 0 {
+			return nil, d.errorf("invalid character in exponent of numeric literal")
+		}
+	}
+	text := string(d.data[start:d.pos])
+	if isInt {
+		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return i, nil
+		}
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange && !math.IsInf(f, 0) {
+			return f, nil
+		}
+		return nil, d.errorf("number %s out of range", text)
+	}
+	return f, nil
+}

@@ -158,11 +158,16 @@ func (c *Client) Write(ctx context.Context, batch *arbiterv1.WriteBatch) (*arbit
 
 // Push makes the server's objects equal to objs (each an object as JSON):
 // upserts them and deletes every stored object not among them, in one
-// revision.
-func (c *Client) Push(ctx context.Context, objs [][]byte, expectedRevision uint64) (*arbiterv1.WriteAck, error) {
+// revision. sources, when given, name where each object comes from (e.g.
+// a file), so a refusal names it.
+func (c *Client) Push(ctx context.Context, objs [][]byte, sources []string, expectedRevision uint64) (*arbiterv1.WriteAck, error) {
 	b := &arbiterv1.WriteBatch{ReplaceAll: true, ExpectedRevision: expectedRevision}
-	for _, o := range objs {
-		b.Changes = append(b.Changes, &arbiterv1.Change{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: o})
+	for i, o := range objs {
+		ch := &arbiterv1.Change{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: o}
+		if i < len(sources) {
+			ch.Source = sources[i]
+		}
+		b.Changes = append(b.Changes, ch)
 	}
 	return c.Write(ctx, b)
 }

@@ -242,7 +242,7 @@ func (s *Server) applyChangeSet(ctx context.Context, cs store.ChangeSet) error {
 	base := s.snap.Load()
 	var next *Snapshot
 	err := s.store.ApplyChangeSet(ctx, cs, func(_ context.Context, p *store.Pending) error {
-		objs, set, err := s.build(base.objects, p.Changes())
+		objs, set, err := s.build(base.objects, p.Changes(), nil)
 		if err != nil {
 			return err
 		}
@@ -270,7 +270,7 @@ func (s *Server) applySnapshot(ctx context.Context, snap store.Snapshot) error {
 	base := s.snap.Load()
 	var next *Snapshot
 	err := s.store.ReplaceAll(ctx, snap, func(_ context.Context, p *store.Pending) error {
-		objs, set, err := s.build(base.objects, p.Changes())
+		objs, set, err := s.build(base.objects, p.Changes(), nil)
 		if err != nil {
 			return err
 		}

@@ -179,7 +179,7 @@ func (s *Server) loadSnapshot(ctx context.Context) error {
 	for i, o := range snap.Objects {
 		changes[i] = store.Change{Op: store.OpUpsert, Key: o.Key, Value: o.Value}
 	}
-	objs, set, err := s.build(nil, changes)
+	objs, set, err := s.build(nil, changes, nil)
 	if err != nil {
 		// The store only ever holds content that compiled; failing here
 		// means the engine changed under it. Say so loudly.
@@ -251,12 +251,12 @@ func (s *Server) Shutdown(ctx context.Context) {
 // would result is compiled first, and a batch that does not compile is
 // refused whole; otherwise it is committed and its snapshot swapped in.
 func (s *Server) Write(ctx context.Context, b store.Batch) (store.Commit, error) {
-	return s.writeWith(ctx, func(*Snapshot) (store.Batch, error) { return b, nil })
+	return s.writeWith(ctx, func(*Snapshot) (store.Batch, error) { return b, nil }, nil)
 }
 
 // writeWith is Write with the batch made from the current snapshot, under
 // the write lock (replace-all writes compute their deletes this way).
-func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.Batch, error)) (store.Commit, error) {
+func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.Batch, error), sources map[store.Key]string) (store.Commit, error) {
 	if s.cfg.Follow != "" {
 		return store.Commit{}, &NotPrimaryError{Primary: s.cfg.Follow}
 	}
@@ -269,7 +269,7 @@ func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.B
 	}
 	var next *Snapshot
 	commit, err := s.store.Apply(ctx, b, func(_ context.Context, p *store.Pending) error {
-		objs, set, err := s.build(base.objects, p.Changes())
+		objs, set, err := s.build(base.objects, p.Changes(), sources)
 		if err != nil {
 			return err
 		}
@@ -299,7 +299,11 @@ func (s *Server) LoadObjects(ctx context.Context, objs []*engine.Object) (store.
 	if err != nil {
 		return store.Commit{}, err
 	}
-	return s.Write(ctx, b)
+	sources := make(map[store.Key]string, len(objs))
+	for _, o := range objs {
+		sources[KeyOf(o)] = o.Source
+	}
+	return s.writeWith(ctx, func(*Snapshot) (store.Batch, error) { return b, nil }, sources)
 }
 
 func upsertBatch(objs []*engine.Object) (store.Batch, error) {

@@ -237,15 +237,15 @@ func TestPushReplacesAndIsIdempotent(t *testing.T) {
 		b, _ := json.Marshal(o.Content)
 		all = append(all, b)
 	}
-	ack, err := ts.c.Push(ctx, all, 0)
+	ack, err := ts.c.Push(ctx, all, nil, 0)
 	if err != nil || ack.GetRevision() != 1 || ack.GetUpserted() != 16 {
 		t.Fatalf("first push: %v %v", ack, err)
 	}
-	ack, err = ts.c.Push(ctx, all, 0)
+	ack, err = ts.c.Push(ctx, all, nil, 0)
 	if err != nil || !ack.GetUnchanged() || ack.GetRevision() != 1 {
 		t.Fatalf("same push: %v %v", ack, err)
 	}
-	ack, err = ts.c.Push(ctx, all[:10], 0)
+	ack, err = ts.c.Push(ctx, all[:10], nil, 0)
 	if err != nil || ack.GetRevision() != 2 || ack.GetDeleted() != 6 {
 		t.Fatalf("smaller push: %v %v", ack, err)
 	}
@@ -253,7 +253,7 @@ func TestPushReplacesAndIsIdempotent(t *testing.T) {
 		t.Fatalf("%d policies, want 10", got)
 	}
 	// Optimistic concurrency.
-	_, err = ts.c.Push(ctx, all, 1)
+	_, err = ts.c.Push(ctx, all, nil, 1)
 	if status.Code(err) != codes.Aborted {
 		t.Fatalf("stale expected revision: %v", err)
 	}
@@ -358,7 +358,7 @@ func TestFollowerConvergesAndRefusesWrites(t *testing.T) {
 		t.Fatalf("follower decided at %d %s, want %d %s", resp.GetRevision(), resp.GetDigest(), commit.Revision, commit.Digest)
 	}
 	// Writes to a follower are refused, naming the primary.
-	_, err = follower.c.Push(ctx, nil, 0)
+	_, err = follower.c.Push(ctx, nil, nil, 0)
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), primary.addr) {
 		t.Fatalf("write to follower: %v", err)
 	}

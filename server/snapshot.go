@@ -60,7 +60,7 @@ func (o *objectSet) get(k store.Key) (*engine.Object, bool) {
 
 // apply returns the set with changes applied: a merge of two sorted
 // sequences, so a commit costs O(n) without sorting.
-func (o *objectSet) apply(changes []store.Change) (*objectSet, error) {
+func (o *objectSet) apply(changes []store.Change, sources map[store.Key]string) (*objectSet, error) {
 	if !sort.SliceIsSorted(changes, func(i, j int) bool { return keyLess(changes[i].Key, changes[j].Key) }) {
 		changes = append([]store.Change(nil), changes...)
 		sort.SliceStable(changes, func(i, j int) bool { return keyLess(changes[i].Key, changes[j].Key) })
@@ -83,6 +83,9 @@ func (o *objectSet) apply(changes []store.Change) (*objectSet, error) {
 		obj, err := decodeObject(c.Key, c.Value)
 		if err != nil {
 			return nil, err
+		}
+		if src, ok := sources[c.Key]; ok {
+			obj.Source = src
 		}
 		if got := KeyOf(obj); got != c.Key {
 			return nil, &engine.LoadError{Source: obj.Source, Object: obj.Ref(), Detail: fmt.Sprintf("key %s does not match the object (%s)", c.Key, got)}
@@ -107,8 +110,11 @@ func (o *objectSet) apply(changes []store.Change) (*objectSet, error) {
 // build compiles the content that results from applying changes to base.
 // It returns the new object set and policy set, or the load errors that
 // make the content invalid.
-func (s *Server) build(base *objectSet, changes []store.Change) (*objectSet, *engine.PolicySet, error) {
-	objs, err := base.apply(changes)
+//
+// sources name where upserted objects come from (a file, a request field),
+// for errors; objects without one are named by their store key.
+func (s *Server) build(base *objectSet, changes []store.Change, sources map[store.Key]string) (*objectSet, *engine.PolicySet, error) {
+	objs, err := base.apply(changes, sources)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -70,10 +70,14 @@ func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbi
 		return nil, &NotPrimaryError{Primary: s.cfg.Follow}
 	}
 	upserts := make([]store.Change, 0, len(w.GetChanges()))
+	sources := map[store.Key]string{}
 	var deletes []store.Change
 	var errs engine.LoadErrors
 	for i, c := range w.GetChanges() {
 		src := fmt.Sprintf("changes[%d]", i)
+		if c.GetSource() != "" {
+			src = c.GetSource()
+		}
 		switch c.GetOp() {
 		case arbiterv1.ChangeOp_CHANGE_OP_UPSERT:
 			content, err := manifest.DecodeJSON(c.GetObjectJson())
@@ -98,6 +102,7 @@ func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbi
 				return nil, err
 			}
 			upserts = append(upserts, store.Change{Op: store.OpUpsert, Key: k, Value: v})
+			sources[k] = src
 		case arbiterv1.ChangeOp_CHANGE_OP_DELETE:
 			if w.GetReplaceAll() {
 				return nil, &FieldError{Field: src + ".op", Detail: "a replace_all batch holds only upserts"}
@@ -129,10 +134,10 @@ func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbi
 				}
 			}
 			return batch, nil
-		})
+		}, sources)
 	} else {
 		batch.Changes = append(upserts, deletes...)
-		commit, err = s.Write(ctx, batch)
+		commit, err = s.writeWith(ctx, func(*Snapshot) (store.Batch, error) { return batch, nil }, sources)
 	}
 	if err != nil {
 		return nil, err

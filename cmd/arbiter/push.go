@@ -54,6 +54,7 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 		return err
 	}
 	var payload [][]byte
+	var sources []string
 	for _, o := range objs {
 		if engine.Classify(o) == engine.ClassResource {
 			return exitWith(exitLoad, "%s: %s is not a policy object (the store holds policies, exceptions and Namespaces)", o.Source, o.Ref())
@@ -63,6 +64,7 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 			return exitWith(exitLoad, "%s: %v", o.Source, err)
 		}
 		payload = append(payload, b)
+		sources = append(sources, o.Source)
 	}
 	c, err := client.Dial(ctx, addr)
 	if err != nil {
@@ -71,7 +73,7 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ack, err := c.Push(ctx, payload, expected)
+	ack, err := c.Push(ctx, payload, sources, expected)
 	if err != nil {
 		return exitWith(exitLoad, "push refused: %s", client.Describe(err))
 	}

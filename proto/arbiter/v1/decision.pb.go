@@ -403,9 +403,17 @@ type DecideRequest struct {
 	// The admission request uid, echoed in the decision log.
 	Uid string `protobuf:"bytes,16,opt,name=uid,proto3" json:"uid,omitempty"`
 	// Operation options (CreateOptions, UpdateOptions, ...), as the API server sends them.
-	Options       *structpb.Struct `protobuf:"bytes,17,opt,name=options,proto3" json:"options,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Options *structpb.Struct `protobuf:"bytes,17,opt,name=options,proto3" json:"options,omitempty"`
+	// The kind, resource and subresource of the original request when the API
+	// server converted it to the version a policy or webhook asked for
+	// (matchPolicy: Equivalent), as AdmissionRequest.requestKind,
+	// requestResource and requestSubResource. Default: kind, resource and
+	// sub_resource.
+	RequestKind        *GroupVersionKind     `protobuf:"bytes,18,opt,name=request_kind,json=requestKind,proto3" json:"request_kind,omitempty"`
+	RequestResource    *GroupVersionResource `protobuf:"bytes,19,opt,name=request_resource,json=requestResource,proto3" json:"request_resource,omitempty"`
+	RequestSubResource string                `protobuf:"bytes,20,opt,name=request_sub_resource,json=requestSubResource,proto3" json:"request_sub_resource,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
@@ -555,6 +563,27 @@ func (x *DecideRequest) GetOptions() *structpb.Struct {
 		return x.Options
 	}
 	return nil
+}
+
+func (x *DecideRequest) GetRequestKind() *GroupVersionKind {
+	if x != nil {
+		return x.RequestKind
+	}
+	return nil
+}
+
+func (x *DecideRequest) GetRequestResource() *GroupVersionResource {
+	if x != nil {
+		return x.RequestResource
+	}
+	return nil
+}
+
+func (x *DecideRequest) GetRequestSubResource() string {
+	if x != nil {
+		return x.RequestSubResource
+	}
+	return ""
 }
 
 // PolicyResult is one policy's verdict on the request, in PolicyReport terms.
@@ -929,12 +958,614 @@ func (x *RevisionInfo) GetPrimary() string {
 	return ""
 }
 
+// BatchItem is one request of a batch, with a name the caller chooses
+// (e.g. "Deployment shop/cart" or a file and document index).
+type BatchItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Request       *DecideRequest         `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchItem) Reset() {
+	*x = BatchItem{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchItem) ProtoMessage() {}
+
+func (x *BatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchItem.ProtoReflect.Descriptor instead.
+func (*BatchItem) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BatchItem) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchItem) GetRequest() *DecideRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// WhatIf asks for every item to be decided twice: under the live revision,
+// and under the live revision plus candidate objects (policies, exceptions,
+// Namespaces) that are not committed.
+type WhatIf struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Candidate objects as JSON; an object with the key of a stored one
+	// replaces it.
+	ObjectsJson [][]byte `protobuf:"bytes,1,rep,name=objects_json,json=objectsJson,proto3" json:"objects_json,omitempty"`
+	// Stored objects to leave out of the candidate set.
+	Deletes       []*ObjectKey `protobuf:"bytes,2,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhatIf) Reset() {
+	*x = WhatIf{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhatIf) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhatIf) ProtoMessage() {}
+
+func (x *WhatIf) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhatIf.ProtoReflect.Descriptor instead.
+func (*WhatIf) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WhatIf) GetObjectsJson() [][]byte {
+	if x != nil {
+		return x.ObjectsJson
+	}
+	return nil
+}
+
+func (x *WhatIf) GetDeletes() []*ObjectKey {
+	if x != nil {
+		return x.Deletes
+	}
+	return nil
+}
+
+// DecideBatchRequest is a batch of at most 1,000 items.
+type DecideBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*BatchItem           `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// The smallest revision the batch may be decided at.
+	MinRevision   uint64  `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	WhatIf        *WhatIf `protobuf:"bytes,3,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideBatchRequest) Reset() {
+	*x = DecideBatchRequest{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideBatchRequest) ProtoMessage() {}
+
+func (x *DecideBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideBatchRequest.ProtoReflect.Descriptor instead.
+func (*DecideBatchRequest) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DecideBatchRequest) GetItems() []*BatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *DecideBatchRequest) GetMinRevision() uint64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
+}
+
+func (x *DecideBatchRequest) GetWhatIf() *WhatIf {
+	if x != nil {
+		return x.WhatIf
+	}
+	return nil
+}
+
+// ItemError is the error of one item.
+type ItemError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gRPC status code (3 = INVALID_ARGUMENT).
+	Code    int32  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The offending request field, when known.
+	Field         string `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemError) Reset() {
+	*x = ItemError{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemError) ProtoMessage() {}
+
+func (x *ItemError) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemError.ProtoReflect.Descriptor instead.
+func (*ItemError) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ItemError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ItemError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ItemError) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+// ItemResult is the outcome of one item. Its decisions do not repeat the
+// revision and digest, which the batch states once.
+type ItemResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Position of the item in the batch (or stream), from 0.
+	Index    uint32          `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Name     string          `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Decision *DecideResponse `protobuf:"bytes,3,opt,name=decision,proto3" json:"decision,omitempty"`
+	Error    *ItemError      `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// Under what_if: the decision with the candidate objects.
+	CandidateDecision *DecideResponse `protobuf:"bytes,5,opt,name=candidate_decision,json=candidateDecision,proto3" json:"candidate_decision,omitempty"`
+	// Under what_if: true when the candidate objects change the verdict.
+	Changed       bool `protobuf:"varint,6,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemResult) Reset() {
+	*x = ItemResult{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemResult) ProtoMessage() {}
+
+func (x *ItemResult) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemResult.ProtoReflect.Descriptor instead.
+func (*ItemResult) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ItemResult) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ItemResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ItemResult) GetDecision() *DecideResponse {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *ItemResult) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ItemResult) GetCandidateDecision() *DecideResponse {
+	if x != nil {
+		return x.CandidateDecision
+	}
+	return nil
+}
+
+func (x *ItemResult) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+// WhatIfSummary counts how the candidate objects change the verdicts.
+type WhatIfSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Items allowed now and denied with the candidates.
+	NewlyDenied uint32 `protobuf:"varint,1,opt,name=newly_denied,json=newlyDenied,proto3" json:"newly_denied,omitempty"`
+	// Items denied now and allowed with the candidates.
+	NewlyAllowed uint32 `protobuf:"varint,2,opt,name=newly_allowed,json=newlyAllowed,proto3" json:"newly_allowed,omitempty"`
+	// Items whose results differ without a change of verdict.
+	ResultsChanged uint32 `protobuf:"varint,3,opt,name=results_changed,json=resultsChanged,proto3" json:"results_changed,omitempty"`
+	// A sentence for people, e.g. "would now deny 3 manifests".
+	Summary       string `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhatIfSummary) Reset() {
+	*x = WhatIfSummary{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhatIfSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhatIfSummary) ProtoMessage() {}
+
+func (x *WhatIfSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhatIfSummary.ProtoReflect.Descriptor instead.
+func (*WhatIfSummary) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WhatIfSummary) GetNewlyDenied() uint32 {
+	if x != nil {
+		return x.NewlyDenied
+	}
+	return 0
+}
+
+func (x *WhatIfSummary) GetNewlyAllowed() uint32 {
+	if x != nil {
+		return x.NewlyAllowed
+	}
+	return 0
+}
+
+func (x *WhatIfSummary) GetResultsChanged() uint32 {
+	if x != nil {
+		return x.ResultsChanged
+	}
+	return 0
+}
+
+func (x *WhatIfSummary) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+// DecideBatchResponse is the outcome of a batch.
+type DecideBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Items         []*ItemResult          `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	WhatIf        *WhatIfSummary         `protobuf:"bytes,4,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideBatchResponse) Reset() {
+	*x = DecideBatchResponse{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideBatchResponse) ProtoMessage() {}
+
+func (x *DecideBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideBatchResponse.ProtoReflect.Descriptor instead.
+func (*DecideBatchResponse) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DecideBatchResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *DecideBatchResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *DecideBatchResponse) GetItems() []*ItemResult {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *DecideBatchResponse) GetWhatIf() *WhatIfSummary {
+	if x != nil {
+		return x.WhatIf
+	}
+	return nil
+}
+
+// DecideStreamRequest is one message of a DecideStream call. min_revision
+// and what_if are read from the first message only.
+type DecideStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Item          *BatchItem             `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	MinRevision   uint64                 `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	WhatIf        *WhatIf                `protobuf:"bytes,3,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideStreamRequest) Reset() {
+	*x = DecideStreamRequest{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideStreamRequest) ProtoMessage() {}
+
+func (x *DecideStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideStreamRequest.ProtoReflect.Descriptor instead.
+func (*DecideStreamRequest) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DecideStreamRequest) GetItem() *BatchItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *DecideStreamRequest) GetMinRevision() uint64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
+}
+
+func (x *DecideStreamRequest) GetWhatIf() *WhatIf {
+	if x != nil {
+		return x.WhatIf
+	}
+	return nil
+}
+
+// DecideStreamResponse is the outcome of one item; the first response also
+// states the revision and digest of the whole stream. Under what_if, a last
+// message without an item carries the summary, once the client has closed
+// its side.
+type DecideStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Item          *ItemResult            `protobuf:"bytes,3,opt,name=item,proto3" json:"item,omitempty"`
+	WhatIf        *WhatIfSummary         `protobuf:"bytes,4,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideStreamResponse) Reset() {
+	*x = DecideStreamResponse{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideStreamResponse) ProtoMessage() {}
+
+func (x *DecideStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideStreamResponse.ProtoReflect.Descriptor instead.
+func (*DecideStreamResponse) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DecideStreamResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *DecideStreamResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *DecideStreamResponse) GetItem() *ItemResult {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *DecideStreamResponse) GetWhatIf() *WhatIfSummary {
+	if x != nil {
+		return x.WhatIf
+	}
+	return nil
+}
+
 var File_arbiter_v1_decision_proto protoreflect.FileDescriptor
 
 const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\n" +
 	"\x19arbiter/v1/decision.proto\x12\n" +
-	"arbiter.v1\x1a\x1cgoogle/protobuf/struct.proto\"V\n" +
+	"arbiter.v1\x1a\x15arbiter/v1/sync.proto\x1a\x1cgoogle/protobuf/struct.proto\"V\n" +
 	"\x10GroupVersionKind\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -954,7 +1585,7 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x16.arbiter.v1.StringListR\x05value:\x028\x01\"$\n" +
 	"\n" +
 	"StringList\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\tR\x06values\"\xd9\x05\n" +
+	"\x06values\x18\x01 \x03(\tR\x06values\"\x99\a\n" +
 	"\rDecideRequest\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06object\x126\n" +
 	"\n" +
@@ -975,7 +1606,10 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x04mode\x18\x0e \x01(\x0e2\x10.arbiter.v1.ModeR\x04mode\x12!\n" +
 	"\fmin_revision\x18\x0f \x01(\x04R\vminRevision\x12\x10\n" +
 	"\x03uid\x18\x10 \x01(\tR\x03uid\x121\n" +
-	"\aoptions\x18\x11 \x01(\v2\x17.google.protobuf.StructR\aoptions\"\xb8\x03\n" +
+	"\aoptions\x18\x11 \x01(\v2\x17.google.protobuf.StructR\aoptions\x12?\n" +
+	"\frequest_kind\x18\x12 \x01(\v2\x1c.arbiter.v1.GroupVersionKindR\vrequestKind\x12K\n" +
+	"\x10request_resource\x18\x13 \x01(\v2 .arbiter.v1.GroupVersionResourceR\x0frequestResource\x120\n" +
+	"\x14request_sub_resource\x18\x14 \x01(\tR\x12requestSubResource\"\xb8\x03\n" +
 	"\fPolicyResult\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1f\n" +
 	"\vpolicy_kind\x18\x02 \x01(\tR\n" +
@@ -1018,7 +1652,48 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\fRevisionInfo\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
-	"\aprimary\x18\x03 \x01(\tR\aprimary*\x7f\n" +
+	"\aprimary\x18\x03 \x01(\tR\aprimary\"T\n" +
+	"\tBatchItem\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
+	"\arequest\x18\x02 \x01(\v2\x19.arbiter.v1.DecideRequestR\arequest\"\\\n" +
+	"\x06WhatIf\x12!\n" +
+	"\fobjects_json\x18\x01 \x03(\fR\vobjectsJson\x12/\n" +
+	"\adeletes\x18\x02 \x03(\v2\x15.arbiter.v1.ObjectKeyR\adeletes\"\x91\x01\n" +
+	"\x12DecideBatchRequest\x12+\n" +
+	"\x05items\x18\x01 \x03(\v2\x15.arbiter.v1.BatchItemR\x05items\x12!\n" +
+	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
+	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\"O\n" +
+	"\tItemError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\x80\x02\n" +
+	"\n" +
+	"ItemResult\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x126\n" +
+	"\bdecision\x18\x03 \x01(\v2\x1a.arbiter.v1.DecideResponseR\bdecision\x12+\n" +
+	"\x05error\x18\x04 \x01(\v2\x15.arbiter.v1.ItemErrorR\x05error\x12I\n" +
+	"\x12candidate_decision\x18\x05 \x01(\v2\x1a.arbiter.v1.DecideResponseR\x11candidateDecision\x12\x18\n" +
+	"\achanged\x18\x06 \x01(\bR\achanged\"\x9a\x01\n" +
+	"\rWhatIfSummary\x12!\n" +
+	"\fnewly_denied\x18\x01 \x01(\rR\vnewlyDenied\x12#\n" +
+	"\rnewly_allowed\x18\x02 \x01(\rR\fnewlyAllowed\x12'\n" +
+	"\x0fresults_changed\x18\x03 \x01(\rR\x0eresultsChanged\x12\x18\n" +
+	"\asummary\x18\x04 \x01(\tR\asummary\"\xab\x01\n" +
+	"\x13DecideBatchResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12,\n" +
+	"\x05items\x18\x03 \x03(\v2\x16.arbiter.v1.ItemResultR\x05items\x122\n" +
+	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\x90\x01\n" +
+	"\x13DecideStreamRequest\x12)\n" +
+	"\x04item\x18\x01 \x01(\v2\x15.arbiter.v1.BatchItemR\x04item\x12!\n" +
+	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
+	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\"\xaa\x01\n" +
+	"\x14DecideStreamResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12*\n" +
+	"\x04item\x18\x03 \x01(\v2\x16.arbiter.v1.ItemResultR\x04item\x122\n" +
+	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf*\x7f\n" +
 	"\tOperation\x12\x19\n" +
 	"\x15OPERATION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OPERATION_CREATE\x10\x01\x12\x14\n" +
@@ -1028,9 +1703,11 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_ADMISSION\x10\x01\x12\x13\n" +
-	"\x0fMODE_BACKGROUND\x10\x022R\n" +
+	"\x0fMODE_BACKGROUND\x10\x022\xf9\x01\n" +
 	"\x0fDecisionService\x12?\n" +
-	"\x06Decide\x12\x19.arbiter.v1.DecideRequest\x1a\x1a.arbiter.v1.DecideResponseB;Z9github.com/arbiter-pdp/arbiter/proto/arbiter/v1;arbiterv1b\x06proto3"
+	"\x06Decide\x12\x19.arbiter.v1.DecideRequest\x1a\x1a.arbiter.v1.DecideResponse\x12N\n" +
+	"\vDecideBatch\x12\x1e.arbiter.v1.DecideBatchRequest\x1a\x1f.arbiter.v1.DecideBatchResponse\x12U\n" +
+	"\fDecideStream\x12\x1f.arbiter.v1.DecideStreamRequest\x1a .arbiter.v1.DecideStreamResponse(\x010\x01B;Z9github.com/arbiter-pdp/arbiter/proto/arbiter/v1;arbiterv1b\x06proto3"
 
 var (
 	file_arbiter_v1_decision_proto_rawDescOnce sync.Once
@@ -1045,7 +1722,7 @@ func file_arbiter_v1_decision_proto_rawDescGZIP() []byte {
 }
 
 var file_arbiter_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_arbiter_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_arbiter_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_arbiter_v1_decision_proto_goTypes = []any{
 	(Operation)(0),               // 0: arbiter.v1.Operation
 	(Mode)(0),                    // 1: arbiter.v1.Mode
@@ -1058,34 +1735,63 @@ var file_arbiter_v1_decision_proto_goTypes = []any{
 	(*Status)(nil),               // 8: arbiter.v1.Status
 	(*DecideResponse)(nil),       // 9: arbiter.v1.DecideResponse
 	(*RevisionInfo)(nil),         // 10: arbiter.v1.RevisionInfo
-	nil,                          // 11: arbiter.v1.UserInfo.ExtraEntry
-	nil,                          // 12: arbiter.v1.PolicyResult.PropertiesEntry
-	nil,                          // 13: arbiter.v1.DecideResponse.AuditAnnotationsEntry
-	(*structpb.Struct)(nil),      // 14: google.protobuf.Struct
+	(*BatchItem)(nil),            // 11: arbiter.v1.BatchItem
+	(*WhatIf)(nil),               // 12: arbiter.v1.WhatIf
+	(*DecideBatchRequest)(nil),   // 13: arbiter.v1.DecideBatchRequest
+	(*ItemError)(nil),            // 14: arbiter.v1.ItemError
+	(*ItemResult)(nil),           // 15: arbiter.v1.ItemResult
+	(*WhatIfSummary)(nil),        // 16: arbiter.v1.WhatIfSummary
+	(*DecideBatchResponse)(nil),  // 17: arbiter.v1.DecideBatchResponse
+	(*DecideStreamRequest)(nil),  // 18: arbiter.v1.DecideStreamRequest
+	(*DecideStreamResponse)(nil), // 19: arbiter.v1.DecideStreamResponse
+	nil,                          // 20: arbiter.v1.UserInfo.ExtraEntry
+	nil,                          // 21: arbiter.v1.PolicyResult.PropertiesEntry
+	nil,                          // 22: arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	(*structpb.Struct)(nil),      // 23: google.protobuf.Struct
+	(*ObjectKey)(nil),            // 24: arbiter.v1.ObjectKey
 }
 var file_arbiter_v1_decision_proto_depIdxs = []int32{
-	11, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
-	14, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
-	14, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
+	20, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
+	23, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
+	23, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
 	0,  // 3: arbiter.v1.DecideRequest.operation:type_name -> arbiter.v1.Operation
 	2,  // 4: arbiter.v1.DecideRequest.kind:type_name -> arbiter.v1.GroupVersionKind
 	3,  // 5: arbiter.v1.DecideRequest.resource:type_name -> arbiter.v1.GroupVersionResource
 	4,  // 6: arbiter.v1.DecideRequest.user_info:type_name -> arbiter.v1.UserInfo
-	14, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
+	23, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
 	1,  // 8: arbiter.v1.DecideRequest.mode:type_name -> arbiter.v1.Mode
-	14, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
-	12, // 10: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
-	7,  // 11: arbiter.v1.DecideResponse.results:type_name -> arbiter.v1.PolicyResult
-	13, // 12: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
-	8,  // 13: arbiter.v1.DecideResponse.status:type_name -> arbiter.v1.Status
-	5,  // 14: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
-	6,  // 15: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
-	9,  // 16: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	23, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
+	2,  // 10: arbiter.v1.DecideRequest.request_kind:type_name -> arbiter.v1.GroupVersionKind
+	3,  // 11: arbiter.v1.DecideRequest.request_resource:type_name -> arbiter.v1.GroupVersionResource
+	21, // 12: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
+	7,  // 13: arbiter.v1.DecideResponse.results:type_name -> arbiter.v1.PolicyResult
+	22, // 14: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	8,  // 15: arbiter.v1.DecideResponse.status:type_name -> arbiter.v1.Status
+	6,  // 16: arbiter.v1.BatchItem.request:type_name -> arbiter.v1.DecideRequest
+	24, // 17: arbiter.v1.WhatIf.deletes:type_name -> arbiter.v1.ObjectKey
+	11, // 18: arbiter.v1.DecideBatchRequest.items:type_name -> arbiter.v1.BatchItem
+	12, // 19: arbiter.v1.DecideBatchRequest.what_if:type_name -> arbiter.v1.WhatIf
+	9,  // 20: arbiter.v1.ItemResult.decision:type_name -> arbiter.v1.DecideResponse
+	14, // 21: arbiter.v1.ItemResult.error:type_name -> arbiter.v1.ItemError
+	9,  // 22: arbiter.v1.ItemResult.candidate_decision:type_name -> arbiter.v1.DecideResponse
+	15, // 23: arbiter.v1.DecideBatchResponse.items:type_name -> arbiter.v1.ItemResult
+	16, // 24: arbiter.v1.DecideBatchResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	11, // 25: arbiter.v1.DecideStreamRequest.item:type_name -> arbiter.v1.BatchItem
+	12, // 26: arbiter.v1.DecideStreamRequest.what_if:type_name -> arbiter.v1.WhatIf
+	15, // 27: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
+	16, // 28: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	5,  // 29: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
+	6,  // 30: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
+	13, // 31: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
+	18, // 32: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
+	9,  // 33: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
+	17, // 34: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
+	19, // 35: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
+	33, // [33:36] is the sub-list for method output_type
+	30, // [30:33] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_v1_decision_proto_init() }
@@ -1093,13 +1799,14 @@ func file_arbiter_v1_decision_proto_init() {
 	if File_arbiter_v1_decision_proto != nil {
 		return
 	}
+	file_arbiter_v1_sync_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_v1_decision_proto_rawDesc), len(file_arbiter_v1_decision_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,7 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DecisionService_Decide_FullMethodName = "/arbiter.v1.DecisionService/Decide"
+	DecisionService_Decide_FullMethodName       = "/arbiter.v1.DecisionService/Decide"
+	DecisionService_DecideBatch_FullMethodName  = "/arbiter.v1.DecisionService/DecideBatch"
+	DecisionService_DecideStream_FullMethodName = "/arbiter.v1.DecisionService/DecideStream"
 )
 
 // DecisionServiceClient is the client API for DecisionService service.
@@ -31,6 +33,14 @@ const (
 type DecisionServiceClient interface {
 	// Decide evaluates one admission-shaped request.
 	Decide(ctx context.Context, in *DecideRequest, opts ...grpc.CallOption) (*DecideResponse, error)
+	// DecideBatch evaluates up to 1,000 requests against one revision, which
+	// the response states once. One bad item gets its own error; the batch
+	// goes on.
+	DecideBatch(ctx context.Context, in *DecideBatchRequest, opts ...grpc.CallOption) (*DecideBatchResponse, error)
+	// DecideStream evaluates a stream of requests against one revision: the
+	// revision of the snapshot current (at least min_revision) when the first
+	// message arrives. The first response states it; items come back in order.
+	DecideStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DecideStreamRequest, DecideStreamResponse], error)
 }
 
 type decisionServiceClient struct {
@@ -51,6 +61,29 @@ func (c *decisionServiceClient) Decide(ctx context.Context, in *DecideRequest, o
 	return out, nil
 }
 
+func (c *decisionServiceClient) DecideBatch(ctx context.Context, in *DecideBatchRequest, opts ...grpc.CallOption) (*DecideBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideBatchResponse)
+	err := c.cc.Invoke(ctx, DecisionService_DecideBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *decisionServiceClient) DecideStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DecideStreamRequest, DecideStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DecisionService_ServiceDesc.Streams[0], DecisionService_DecideStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DecideStreamRequest, DecideStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DecisionService_DecideStreamClient = grpc.BidiStreamingClient[DecideStreamRequest, DecideStreamResponse]
+
 // DecisionServiceServer is the server API for DecisionService service.
 // All implementations must embed UnimplementedDecisionServiceServer
 // for forward compatibility.
@@ -60,6 +93,14 @@ func (c *decisionServiceClient) Decide(ctx context.Context, in *DecideRequest, o
 type DecisionServiceServer interface {
 	// Decide evaluates one admission-shaped request.
 	Decide(context.Context, *DecideRequest) (*DecideResponse, error)
+	// DecideBatch evaluates up to 1,000 requests against one revision, which
+	// the response states once. One bad item gets its own error; the batch
+	// goes on.
+	DecideBatch(context.Context, *DecideBatchRequest) (*DecideBatchResponse, error)
+	// DecideStream evaluates a stream of requests against one revision: the
+	// revision of the snapshot current (at least min_revision) when the first
+	// message arrives. The first response states it; items come back in order.
+	DecideStream(grpc.BidiStreamingServer[DecideStreamRequest, DecideStreamResponse]) error
 	mustEmbedUnimplementedDecisionServiceServer()
 }
 
@@ -72,6 +113,12 @@ type UnimplementedDecisionServiceServer struct{}
 
 func (UnimplementedDecisionServiceServer) Decide(context.Context, *DecideRequest) (*DecideResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Decide not implemented")
+}
+func (UnimplementedDecisionServiceServer) DecideBatch(context.Context, *DecideBatchRequest) (*DecideBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecideBatch not implemented")
+}
+func (UnimplementedDecisionServiceServer) DecideStream(grpc.BidiStreamingServer[DecideStreamRequest, DecideStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method DecideStream not implemented")
 }
 func (UnimplementedDecisionServiceServer) mustEmbedUnimplementedDecisionServiceServer() {}
 func (UnimplementedDecisionServiceServer) testEmbeddedByValue()                         {}
@@ -112,6 +159,31 @@ func _DecisionService_Decide_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionService_DecideBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionServiceServer).DecideBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionService_DecideBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionServiceServer).DecideBatch(ctx, req.(*DecideBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DecisionService_DecideStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DecisionServiceServer).DecideStream(&grpc.GenericServerStream[DecideStreamRequest, DecideStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DecisionService_DecideStreamServer = grpc.BidiStreamingServer[DecideStreamRequest, DecideStreamResponse]
+
 // DecisionService_ServiceDesc is the grpc.ServiceDesc for DecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -123,7 +195,18 @@ var DecisionService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Decide",
 			Handler:    _DecisionService_Decide_Handler,
 		},
+		{
+			MethodName: "DecideBatch",
+			Handler:    _DecisionService_DecideBatch_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "DecideStream",
+			Handler:       _DecisionService_DecideStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "arbiter/v1/decision.proto",
 }

@@ -415,7 +415,10 @@ type Change struct {
 	// The key; for an upsert it may be left empty (taken from the object).
 	Key *ObjectKey `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// The object as JSON (upserts only).
-	ObjectJson    []byte `protobuf:"bytes,3,opt,name=object_json,json=objectJson,proto3" json:"object_json,omitempty"`
+	ObjectJson []byte `protobuf:"bytes,3,opt,name=object_json,json=objectJson,proto3" json:"object_json,omitempty"`
+	// Where the object comes from (e.g. "policies/pss.yaml#2"), to name it in
+	// errors.
+	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -469,6 +472,13 @@ func (x *Change) GetObjectJson() []byte {
 		return x.ObjectJson
 	}
 	return nil
+}
+
+func (x *Change) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
 }
 
 // WriteBatch is one atomic write: all of it commits as one revision, or
@@ -970,12 +980,13 @@ const file_arbiter_v1_sync_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\"x\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"\x90\x01\n" +
 	"\x06Change\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.arbiter.v1.ChangeOpR\x02op\x12'\n" +
 	"\x03key\x18\x02 \x01(\v2\x15.arbiter.v1.ObjectKeyR\x03key\x12\x1f\n" +
 	"\vobject_json\x18\x03 \x01(\fR\n" +
-	"objectJson\"\xb1\x01\n" +
+	"objectJson\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\"\xb1\x01\n" +
 	"\n" +
 	"WriteBatch\x12,\n" +
 	"\achanges\x18\x01 \x03(\v2\x12.arbiter.v1.ChangeR\achanges\x12\x1f\n" +

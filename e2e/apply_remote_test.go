@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// apply --server: one stream pinned to one revision, PolicyReports,
+// JUnit, --fail-on, stdin, and what-if candidates.
+func TestApplyAgainstServer(t *testing.T) {
+	primary := startPrimary(t, "--load", "../deploy/examples/pod-security")
+	dir := "testdata/seed000"
+	pods := []string{filepath.Join(dir, "web-app.yaml"), filepath.Join(dir, "legacy-app-compliant.yaml")}
+
+	out, errOut, code := run(t, append([]string{"apply", "--server", primary.addr, "-o", "json"}, pods...)...)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (web-app runs as root)\n%s%s", code, out, errOut)
+	}
+	var reports []report
+	if err := json.Unmarshal([]byte(out), &reports); err != nil || len(reports) != 2 || len(reports[0].Results) != 16 {
+		t.Fatalf("reports: %v\n%s", err, out)
+	}
+
+	// JUnit for CI systems.
+	out, _, code = run(t, append([]string{"apply", "--server", primary.addr, "-o", "junit"}, pods...)...)
+	var suites struct {
+		XMLName  xml.Name `xml:"testsuites"`
+		Tests    int      `xml:"tests,attr"`
+		Failures int      `xml:"failures,attr"`
+		Suites   []struct {
+			Name string `xml:"name,attr"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal([]byte(out), &suites); err != nil || suites.Tests != 32 || suites.Failures == 0 || len(suites.Suites) != 2 || code != 1 {
+		t.Fatalf("junit (exit %d): %v\n%s", code, err, out)
+	}
+
+	// --fail-on warn with a compliant pod only: no fail, no warn → exit 0.
+	compliant := "../docs/tour/compliant-pod.yaml"
+	_, _, code = run(t, "apply", "--server", primary.addr, "--fail-on", "warn", compliant)
+	if code != 0 {
+		t.Fatalf("compliant pod: exit %d", code)
+	}
+
+	// Multi-document stdin, as `helm template ... | arbiter apply -`.
+	cmd := exec.Command(binary, "apply", "--server", primary.addr, "-", "-o", "json")
+	cmd.Stdin = strings.NewReader(strings.Repeat("---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec: {containers: [{name: c, image: x}]}\n", 3))
+	b, _ := cmd.Output()
+	if err := json.Unmarshal(b, &reports); err != nil || len(reports) != 3 {
+		t.Fatalf("stdin: %v\n%s", err, b)
+	}
+
+	// What-if: a label policy would deny the compliant pod and change the
+	// results of web-app (denied either way); nothing is committed.
+	out, errOut, code = run(t, "apply", "--server", primary.addr, "--candidate", "testdata/whatif/require-team.yaml", "-o", "json", compliant, pods[0])
+	if code != 1 {
+		t.Fatalf("what-if exit %d, want 1 (a manifest would now be denied)\n%s%s", code, out, errOut)
+	}
+	var diff struct {
+		Summary        string
+		NewlyDenied    int
+		ResultsChanged int
+		Items          []struct{ Resource string }
+	}
+	if err := json.Unmarshal([]byte(out), &diff); err != nil || diff.NewlyDenied != 1 || diff.ResultsChanged != 1 || len(diff.Items) != 2 ||
+		diff.Summary != "would now deny 1 manifest; would change the results of 1 manifest without changing the verdict" {
+		t.Fatalf("what-if: %v %+v\n%s", err, diff, out)
+	}
+	if st := primary.status(); st.GetRevision() != 1 || st.GetPolicies() != 16 {
+		t.Fatalf("what-if committed: %v", st)
+	}
+	// Policy objects in the inputs are refused with --server.
+	_, errOut, code = run(t, "apply", "--server", primary.addr, filepath.Join(dir, "policy.yaml"), pods[0])
+	if code != 2 || !strings.Contains(errOut, "--candidate") {
+		t.Fatalf("policy input with --server: exit %d %s", code, errOut)
+	}
+}

@@ -1,0 +1,290 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/store"
+)
+
+// MaxBatchItems bounds a DecideBatch.
+const MaxBatchItems = 1000
+
+// DecideBatch implements DecisionService.DecideBatch.
+func (s *Server) DecideBatch(ctx context.Context, in *arbiterv1.DecideBatchRequest) (*arbiterv1.DecideBatchResponse, error) {
+	if n := len(in.GetItems()); n > MaxBatchItems {
+		return nil, toStatus(&FieldError{Field: "items", Detail: fmt.Sprintf("%d items: a batch holds at most %d (use DecideStream for more)", n, MaxBatchItems)})
+	}
+	snap, err := s.snapshotFor(ctx, in.GetMinRevision())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	cand, err := s.candidateSet(snap, in.GetWhatIf())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &arbiterv1.DecideBatchResponse{Revision: snap.Revision, Digest: snap.Digest, Items: make([]*arbiterv1.ItemResult, len(in.GetItems()))}
+	parallel(len(in.GetItems()), func(i int) {
+		resp.Items[i] = s.decideItem(ctx, snap, cand, uint32(i), in.GetItems()[i])
+	})
+	if cand != nil {
+		resp.WhatIf = summarize(resp.Items)
+	}
+	return resp, nil
+}
+
+// parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines.
+func parallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan int, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// decideItem decides one item against the snapshot (and the candidate set).
+func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.PolicySet, index uint32, item *arbiterv1.BatchItem) *arbiterv1.ItemResult {
+	out := &arbiterv1.ItemResult{Index: index, Name: item.GetName()}
+	if item.GetRequest() == nil {
+		out.Error = &arbiterv1.ItemError{Code: int32(codes.InvalidArgument), Message: "request: required", Field: "request"}
+		return out
+	}
+	req, err := RequestFromProto(item.GetRequest())
+	if err != nil {
+		st := status.Convert(toStatus(err))
+		out.Error = &arbiterv1.ItemError{Code: int32(st.Code()), Message: st.Message()}
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			out.Error.Field = "request." + fe.Field
+		}
+		return out
+	}
+	out.Decision = ResponseFromDecision(snap.Set.Evaluate(ctx, req))
+	out.Decision.DecisionId = newDecisionID()
+	if cand != nil {
+		cr := *req
+		out.CandidateDecision = ResponseFromDecision(cand.Evaluate(ctx, &cr))
+		out.Changed = out.Decision.GetAllowed() != out.CandidateDecision.GetAllowed() || !sameResults(out.Decision, out.CandidateDecision)
+	}
+	return out
+}
+
+func sameResults(a, b *arbiterv1.DecideResponse) bool {
+	if len(a.GetResults()) != len(b.GetResults()) {
+		return false
+	}
+	for i := range a.GetResults() {
+		x, y := a.GetResults()[i], b.GetResults()[i]
+		if x.GetPolicy() != y.GetPolicy() || x.GetRule() != y.GetRule() || x.GetResult() != y.GetResult() || x.GetMessage() != y.GetMessage() {
+			return false
+		}
+	}
+	return proto.Equal(&arbiterv1.DecideResponse{Warnings: a.GetWarnings()}, &arbiterv1.DecideResponse{Warnings: b.GetWarnings()})
+}
+
+func summarize(items []*arbiterv1.ItemResult) *arbiterv1.WhatIfSummary {
+	sum := &arbiterv1.WhatIfSummary{}
+	for _, it := range items {
+		if it.GetDecision() == nil || it.GetCandidateDecision() == nil || !it.GetChanged() {
+			continue
+		}
+		switch now, then := it.GetDecision().GetAllowed(), it.GetCandidateDecision().GetAllowed(); {
+		case now && !then:
+			sum.NewlyDenied++
+		case !now && then:
+			sum.NewlyAllowed++
+		default:
+			sum.ResultsChanged++
+		}
+	}
+	sum.Summary = whatIfSentence(sum)
+	return sum
+}
+
+func whatIfSentence(sum *arbiterv1.WhatIfSummary) string {
+	plural := func(n uint32, one, many string) string {
+		if n == 1 {
+			return fmt.Sprintf("%d %s", n, one)
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	if sum.NewlyDenied == 0 && sum.NewlyAllowed == 0 && sum.ResultsChanged == 0 {
+		return "no change"
+	}
+	var parts []string
+	if sum.NewlyDenied > 0 {
+		parts = append(parts, "would now deny "+plural(sum.NewlyDenied, "manifest", "manifests"))
+	}
+	if sum.NewlyAllowed > 0 {
+		parts = append(parts, "would now allow "+plural(sum.NewlyAllowed, "manifest", "manifests"))
+	}
+	if sum.ResultsChanged > 0 {
+		parts = append(parts, "would change the results of "+plural(sum.ResultsChanged, "manifest", "manifests")+" without changing the verdict")
+	}
+	out := parts[0]
+	for _, p := range parts[1:] {
+		out += "; " + p
+	}
+	return out
+}
+
+// candidateSet compiles the snapshot's objects with the what-if candidate
+// objects applied; nil without what-if. Nothing is committed.
+func (s *Server) candidateSet(snap *Snapshot, w *arbiterv1.WhatIf) (*engine.PolicySet, error) {
+	if w == nil || len(w.GetObjectsJson()) == 0 && len(w.GetDeletes()) == 0 {
+		return nil, nil
+	}
+	var changes []store.Change
+	sources := map[store.Key]string{}
+	for i, raw := range w.GetObjectsJson() {
+		content, err := manifest.DecodeJSON(raw)
+		if err != nil {
+			return nil, &FieldError{Field: fmt.Sprintf("what_if.objects_json[%d]", i), Detail: err.Error()}
+		}
+		o := engine.NewObject(fmt.Sprintf("what_if.objects_json[%d]", i), content)
+		if err := storable(o); err != nil {
+			return nil, err
+		}
+		v, err := encodeObject(o)
+		if err != nil {
+			return nil, err
+		}
+		changes = append(changes, store.Change{Op: store.OpUpsert, Key: KeyOf(o), Value: v})
+		sources[KeyOf(o)] = o.Source
+	}
+	for _, k := range w.GetDeletes() {
+		changes = append(changes, store.Change{Op: store.OpDelete, Key: keyFromProto(k)})
+	}
+	_, set, err := s.build(snap.objects, dedupeChanges(changes), sources)
+	return set, err
+}
+
+// dedupeChanges keeps the last change of each key.
+func dedupeChanges(changes []store.Change) []store.Change {
+	last := map[store.Key]int{}
+	for i, c := range changes {
+		last[c.Key] = i
+	}
+	out := make([]store.Change, 0, len(last))
+	for i, c := range changes {
+		if last[c.Key] == i {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// streamWindow is how many stream items may be in flight (decoded and
+// being decided) ahead of the one being sent.
+const streamWindow = 64
+
+// DecideStream implements DecisionService.DecideStream. Items are decided
+// in parallel and answered in order, all against one snapshot.
+func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServer) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	snap, err := s.snapshotFor(ctx, first.GetMinRevision())
+	if err != nil {
+		return toStatus(err)
+	}
+	cand, err := s.candidateSet(snap, first.GetWhatIf())
+	if err != nil {
+		return toStatus(err)
+	}
+	type slot struct {
+		done chan *arbiterv1.ItemResult
+	}
+	slots := make(chan slot, streamWindow)
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	recvErr := make(chan error, 1)
+	// Reader: receives items, starts their evaluation, queues their slots in order.
+	go func() {
+		defer close(slots)
+		msg := first
+		for index := uint32(0); ; index++ {
+			sl := slot{done: make(chan *arbiterv1.ItemResult, 1)}
+			select {
+			case slots <- sl:
+			case <-ctx.Done():
+				recvErr <- ctx.Err()
+				return
+			}
+			sem <- struct{}{}
+			go func(i uint32, item *arbiterv1.BatchItem) {
+				defer func() { <-sem }()
+				if item == nil {
+					item = &arbiterv1.BatchItem{}
+				}
+				sl.done <- s.decideItem(ctx, snap, cand, i, item)
+			}(index, msg.GetItem())
+			var err error
+			msg, err = stream.Recv()
+			if errors.Is(err, io.EOF) {
+				recvErr <- nil
+				return
+			}
+			if err != nil {
+				recvErr <- err
+				return
+			}
+		}
+	}()
+	sentHeader := false
+	var items []*arbiterv1.ItemResult
+	for sl := range slots {
+		it := <-sl.done
+		resp := &arbiterv1.DecideStreamResponse{Item: it}
+		if !sentHeader {
+			resp.Revision, resp.Digest = snap.Revision, snap.Digest
+			sentHeader = true
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		if cand != nil {
+			items = append(items, &arbiterv1.ItemResult{Decision: it.GetDecision(), CandidateDecision: it.GetCandidateDecision(), Changed: it.GetChanged()})
+		}
+	}
+	if err := <-recvErr; err != nil {
+		return err
+	}
+	if cand != nil {
+		return stream.Send(&arbiterv1.DecideStreamResponse{WhatIf: summarize(items)})
+	}
+	return nil
+}

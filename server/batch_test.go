@@ -1,0 +1,230 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/server"
+)
+
+func podRequest(name, ns string, hostNetwork bool) *arbiterv1.DecideRequest {
+	b, _ := json.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{"hostNetwork": hostNetwork, "securityContext": map[string]any{"runAsNonRoot": true, "seccompProfile": map[string]any{"type": "RuntimeDefault"}},
+			"containers": []any{map[string]any{"name": "c", "image": "x", "securityContext": map[string]any{
+				"allowPrivilegeEscalation": false, "capabilities": map[string]any{"drop": []any{"ALL"}}}}}},
+	})
+	return &arbiterv1.DecideRequest{ObjectJson: b}
+}
+
+func TestDecideBatch(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	commit, err := ts.LoadObjects(ctx, readObjects(t, pssDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ts.c.Decision.DecideBatch(ctx, &arbiterv1.DecideBatchRequest{Items: []*arbiterv1.BatchItem{
+		{Name: "good", Request: podRequest("good", "a", false)},
+		{Name: "bad json", Request: &arbiterv1.DecideRequest{ObjectJson: []byte("{")}},
+		{Name: "host network", Request: podRequest("hn", "a", true)},
+		{Name: "missing request"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetRevision() != commit.Revision || resp.GetDigest() != commit.Digest || len(resp.GetItems()) != 4 {
+		t.Fatalf("batch: rev %d digest %s items %d", resp.GetRevision(), resp.GetDigest(), len(resp.GetItems()))
+	}
+	it := resp.GetItems()
+	if it[0].GetIndex() != 0 || it[0].GetName() != "good" || !it[0].GetDecision().GetAllowed() || it[0].GetDecision().GetRevision() != 0 {
+		t.Fatalf("item 0: %v", it[0])
+	}
+	if it[1].GetIndex() != 1 || it[1].GetError().GetCode() != int32(codes.InvalidArgument) || it[1].GetError().GetField() != "request.object_json" || it[1].GetDecision() != nil {
+		t.Fatalf("item 1: %v", it[1])
+	}
+	if it[2].GetDecision().GetAllowed() || !strings.Contains(it[2].GetDecision().GetStatus().GetMessage(), "disallow-host-namespaces") {
+		t.Fatalf("item 2: %v", it[2])
+	}
+	if it[3].GetError().GetField() != "request" {
+		t.Fatalf("item 3: %v", it[3])
+	}
+	// More than 1,000 items: refused, pointing at DecideStream.
+	big := &arbiterv1.DecideBatchRequest{}
+	for i := 0; i < server.MaxBatchItems+1; i++ {
+		big.Items = append(big.Items, &arbiterv1.BatchItem{Request: podRequest("p", "a", false)})
+	}
+	_, err = ts.c.Decision.DecideBatch(ctx, big)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "DecideStream") {
+		t.Fatalf("oversized batch: %v", err)
+	}
+}
+
+// A 5,000-manifest stream against a server while a writer commits new
+// revisions: every item is decided at the stream's one revision.
+func TestDecideStreamPinnedWhileWriting(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	if _, err := ts.LoadObjects(ctx, readObjects(t, pssDir)); err != nil {
+		t.Fatal(err)
+	}
+	// The writer toggles an exception that exempts every pod from
+	// disallow-host-namespaces, so each revision flips every verdict.
+	exc := func(on bool) *engine.Object {
+		cond := "false"
+		if on {
+			cond = "true"
+		}
+		return engine.NewObject("t", map[string]any{
+			"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
+			"metadata": map[string]any{"name": "toggle", "namespace": "x"},
+			"spec": map[string]any{
+				"policyRefs":      []any{map[string]any{"name": "disallow-host-namespaces", "kind": "ValidatingPolicy"}},
+				"matchConditions": []any{map[string]any{"name": "t", "expression": cond}},
+			},
+		})
+	}
+	if _, err := ts.LoadObjects(ctx, []*engine.Object{exc(false)}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		on := true
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := ts.LoadObjects(ctx, []*engine.Object{exc(on)}); err != nil {
+				t.Error(err)
+				return
+			}
+			on = !on
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	stream, err := ts.c.Decision.DecideStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	go func() {
+		for i := 0; i < n; i++ {
+			if err := stream.Send(&arbiterv1.DecideStreamRequest{Item: &arbiterv1.BatchItem{Name: fmt.Sprint(i), Request: podRequest(fmt.Sprintf("p%d", i), "a", true)}}); err != nil {
+				return
+			}
+		}
+		stream.CloseSend()
+	}()
+	var revision uint64
+	verdicts := map[bool]int{}
+	for i := 0; ; i++ {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			if i != n {
+				t.Fatalf("%d items answered, want %d", i, n)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			revision = resp.GetRevision()
+			if revision == 0 {
+				t.Fatal("first response states no revision")
+			}
+		} else if resp.GetRevision() != 0 {
+			t.Fatalf("item %d restates a revision", i)
+		}
+		it := resp.GetItem()
+		if int(it.GetIndex()) != i || it.GetName() != fmt.Sprint(i) {
+			t.Fatalf("item %d out of order: %v", i, it.GetIndex())
+		}
+		verdicts[it.GetDecision().GetAllowed()]++
+	}
+	if len(verdicts) != 1 {
+		t.Fatalf("items decided at different revisions: %v", verdicts)
+	}
+	// The verdict is the one of the stated revision.
+	d, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: podRequest("p", "a", true).GetObjectJson(), MinRevision: revision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = d
+}
+
+// What-if: candidate objects decided beside the live revision, with the
+// difference summarized; nothing is committed.
+func TestWhatIf(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	commit, err := ts.LoadObjects(ctx, readObjects(t, pssDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strictLabel, _ := json.Marshal(map[string]any{
+		"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+		"metadata": map[string]any{"name": "require-team-label"},
+		"spec": map[string]any{
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"pods"}}}},
+			"validations": []any{map[string]any{"expression": "has(object.metadata.labels) && 'team' in object.metadata.labels", "message": "pods need a team label"}},
+		},
+	})
+	exempt, _ := json.Marshal(map[string]any{
+		"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
+		"metadata": map[string]any{"name": "hn", "namespace": "x"},
+		"spec": map[string]any{"policyRefs": []any{map[string]any{"name": "disallow-host-namespaces", "kind": "ValidatingPolicy"}}},
+	})
+	resp, err := ts.c.Decision.DecideBatch(ctx, &arbiterv1.DecideBatchRequest{
+		Items: []*arbiterv1.BatchItem{
+			{Name: "ok", Request: podRequest("ok", "a", false)},
+			{Name: "ok2", Request: podRequest("ok2", "a", false)},
+			{Name: "hostnet", Request: podRequest("hn", "a", true)},
+		},
+		WhatIf: &arbiterv1.WhatIf{ObjectsJson: [][]byte{strictLabel, exempt}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := resp.GetWhatIf()
+	// hostnet: denied by disallow-host-namespaces now; exempted but denied by the label policy then: results changed.
+	if w.GetNewlyDenied() != 2 || w.GetNewlyAllowed() != 0 || w.GetResultsChanged() != 1 ||
+		w.GetSummary() != "would now deny 2 manifests; would change the results of 1 manifest without changing the verdict" {
+		t.Fatalf("what-if summary: %v", w)
+	}
+	if !resp.GetItems()[0].GetChanged() || resp.GetItems()[0].GetCandidateDecision().GetAllowed() {
+		t.Fatalf("item 0: %v", resp.GetItems()[0])
+	}
+	if cur := ts.Current(); cur.Revision != commit.Revision || len(cur.Set.Policies()) != 16 {
+		t.Fatalf("what-if committed something: rev %d, %d policies", cur.Revision, len(cur.Set.Policies()))
+	}
+	// A candidate that does not compile: refused, naming it.
+	_, err = ts.c.Decision.DecideBatch(ctx, &arbiterv1.DecideBatchRequest{
+		Items:  []*arbiterv1.BatchItem{{Request: podRequest("ok", "a", false)}},
+		WhatIf: &arbiterv1.WhatIf{ObjectsJson: [][]byte{[]byte(`{"apiVersion":"policies.kyverno.io/v1","kind":"ValidatingPolicy","metadata":{"name":"x"},"spec":{"matchConstraints":{"resourceRules":[{"apiGroups":[""],"apiVersions":["v1"],"operations":["CREATE"],"resources":["pods"]}]},"validations":[{"expression":"("}]}}`)}},
+	})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "what_if.objects_json[0]") {
+		t.Fatalf("bad candidate: %v", err)
+	}
+}

@@ -194,7 +194,7 @@ func TestWhatIf(t *testing.T) {
 	exempt, _ := json.Marshal(map[string]any{
 		"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
 		"metadata": map[string]any{"name": "hn", "namespace": "x"},
-		"spec": map[string]any{"policyRefs": []any{map[string]any{"name": "disallow-host-namespaces", "kind": "ValidatingPolicy"}}},
+		"spec":     map[string]any{"policyRefs": []any{map[string]any{"name": "disallow-host-namespaces", "kind": "ValidatingPolicy"}}},
 	})
 	resp, err := ts.c.Decision.DecideBatch(ctx, &arbiterv1.DecideBatchRequest{
 		Items: []*arbiterv1.BatchItem{

@@ -23,6 +23,7 @@ type Client struct {
 	Sync     arbiterv1.SyncServiceClient
 	Query    arbiterv1.QueryServiceClient
 	Health   healthpb.HealthClient
+	Admin    arbiterv1.AdminServiceClient
 }
 
 // Option configures Dial.
@@ -31,6 +32,8 @@ type Option func(*dialConfig)
 type dialConfig struct {
 	creds    credentials.TransportCredentials
 	dialOpts []grpc.DialOption
+	// err is an option that could not be applied (Dial returns it).
+	err error
 }
 
 // WithTransportCredentials sets TLS (or other) transport credentials. The
@@ -51,6 +54,9 @@ func Dial(_ context.Context, addr string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
 	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(cfg.creds)}, cfg.dialOpts...)
 	conn, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {
@@ -67,6 +73,7 @@ func New(conn *grpc.ClientConn) *Client {
 		Sync:     arbiterv1.NewSyncServiceClient(conn),
 		Query:    arbiterv1.NewQueryServiceClient(conn),
 		Health:   healthpb.NewHealthClient(conn),
+		Admin:    arbiterv1.NewAdminServiceClient(conn),
 	}
 }
 

@@ -20,6 +20,7 @@ type Compiler struct {
 	mu         sync.Mutex
 	policies   map[string]cachedPolicy
 	exceptions map[string]cachedException
+	vap        vapCache
 }
 
 type cachedPolicy struct {
@@ -73,6 +74,7 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
+	var vapObjs, others []*Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -110,6 +112,15 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 			}
 		case ClassUnsupported:
 			errs = append(errs, loadErr(o, "kind", "unsupported kind %s (apiVersion %s)", o.Kind, o.APIVersion))
+		case ClassVAP, ClassVAPBinding:
+			if id := identity(o); seen[id] {
+				errs = append(errs, loadErr(o, "metadata.name", "duplicate %s", o.Ref()))
+			} else {
+				seen[id] = true
+				vapObjs = append(vapObjs, o)
+			}
+		case ClassResource:
+			others = append(others, o)
 		}
 	}
 	c.mu.Unlock()
@@ -144,6 +155,7 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 	}
 	var pols []*Policy
 	var excs []*Exception
+	var vapErrs LoadErrors
 	c.mu.Lock()
 	for i := range slots {
 		s := &slots[i]
@@ -159,7 +171,8 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 		}
 	}
 	c.mu.Unlock()
-	if len(errs) > 0 {
+	ps.vap, vapErrs = c.vap.compileVAP(vapObjs, others, ps.namespaces)
+	if errs = append(errs, vapErrs...); len(errs) > 0 {
 		return nil, errs
 	}
 	if !opts.KeepOrder {
@@ -240,6 +253,7 @@ func (c *Compiler) Forget(keep map[string]bool) {
 			delete(c.exceptions, id)
 		}
 	}
+	c.vap.forget(keep)
 }
 
 // ObjectID returns the identity the compiler caches an object under.
@@ -260,6 +274,8 @@ type PolicySet struct {
 	// shared holds the canonical forms of request-pure expressions that
 	// occur in more than one place, whose results a request memoizes.
 	shared map[string]bool
+	// vap holds the ValidatingAdmissionPolicies, bindings and params.
+	vap *vapState
 }
 
 type entry struct {
@@ -376,4 +392,15 @@ func (ps *PolicySet) candidates(resource string) []*entry {
 		return l
 	}
 	return ps.wildcard
+}
+
+// HasPolicy says whether the set has a policy of that kind and name (in any
+// namespace, as exceptions reference policies by name only).
+func (ps *PolicySet) HasPolicy(kind, name string) bool {
+	for _, e := range ps.entries {
+		if e.policy.Kind == kind && e.policy.Name == name {
+			return true
+		}
+	}
+	return false
 }

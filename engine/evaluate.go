@@ -89,6 +89,13 @@ type Decision struct {
 	Denials []string
 	// Message is the denial message (Denials joined as Kyverno does).
 	Message string
+	// Code and Reason are the HTTP status code and reason of a denial: those
+	// of the first denial (400 and "" for a Kyverno policy; a
+	// ValidatingAdmissionPolicy's reason, Invalid by default, and its code).
+	Code   int32
+	Reason string
+	// Cost is the CEL cost charged for the decision (see Request.CostBudget).
+	Cost uint64
 }
 
 // Evaluate decides a request. It never fails: problems evaluating a policy
@@ -118,9 +125,14 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *Request) *Decision {
 		if req.Mode == ModeBackground && r.MatchConditionsSkip {
 			continue
 		}
+		if req.Trace != nil {
+			rq.note(p, "", PhaseResult, strings.Join(r.Exceptions, ", "), explainResult(&r))
+		}
 		d.Results = append(d.Results, r)
 	}
 	d.applyActions()
+	ps.finishDecision(ctx, req, d)
+	d.Cost = rq.cost
 	return d
 }
 
@@ -166,6 +178,8 @@ type evalRequest struct {
 	// sizeLevel is the size level of the inputs (-2: not computed yet).
 	sizeLevel int
 	extraSize uint64
+	// cost is the CEL cost of the policies evaluated so far.
+	cost uint64
 }
 
 // level returns the index of the size level bounding the request's inputs.
@@ -237,6 +251,13 @@ func (rq *evalRequest) evalPolicy(e *entry) (Result, bool) {
 			return rq.result(p, "match", ResultError, "failed to execute matching: "+err.Error(), nil), true
 		}
 		if ok {
+			if rq.req.Trace != nil {
+				what := "matched the policy's resource rules"
+				if v.config != "" {
+					what = "matched the resource rules of the autogen " + v.config + " variant (pod template at " + v.templatePath + ")"
+				}
+				rq.note(p, v.config, PhaseMatch, "", what)
+			}
 			return rq.evalVariant(e, v), true
 		}
 	}
@@ -308,6 +329,9 @@ type refusal struct {
 // evalVariant evaluates a matched policy variant: exceptions (with their
 // compensating controls), matchConditions, validations, audit annotations.
 func (rq *evalRequest) evalVariant(e *entry, v *variant) Result {
+	if b := rq.req.CostBudget; b > 0 && rq.cost > b {
+		return rq.result(v.policy, "evaluation", ResultError, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", b, rq.cost), nil)
+	}
 	st := &policyState{rq: rq, v: v}
 	r := rq.evalVariantOnce(e, v, st)
 	if st.inexact {
@@ -316,6 +340,7 @@ func (rq *evalRequest) evalVariant(e *entry, v *variant) Result {
 		st = &policyState{rq: rq, v: v, exact: true}
 		r = rq.evalVariantOnce(e, v, st)
 	}
+	rq.cost += st.cost
 	return r
 }
 
@@ -329,9 +354,15 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 	var buf [8]int
 	for _, i := range e.index.candidates(rq.req.Object, buf[:0]) {
 		ex := e.exceptions[i]
-		if ex.Expired(rq.now) || ex.refuted(rq.req.Object) {
+		if ex.Expired(rq.now) {
+			rq.note(p, v.config, PhaseExceptionCondition, ex.Key(), "expired at "+ex.ExpiresAt.Format(time.RFC3339)+": ignored")
 			continue
 		}
+		if ex.refuted(rq.req.Object) {
+			rq.note(p, v.config, PhaseExceptionCondition, ex.Key(), "does not match: a matchCondition compares a field of the object with other values")
+			continue
+		}
+		st.at(PhaseExceptionCondition, "", ex.Key())
 		matched, err := st.match(ex.conds[fl], p.failurePolicy)
 		if err != nil {
 			if full {
@@ -344,10 +375,12 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 		}
 		if controls := ex.controls[fl]; len(controls) > 0 {
 			if r, ok := st.controls(ex, controls); !ok {
+				rq.note(p, v.config, PhaseExceptionControl, ex.Key(), "refused: "+refusalText(r))
 				refused = append(refused, r)
 				continue
 			}
 		}
+		rq.note(p, v.config, PhaseExceptionCondition, ex.Key(), "granted")
 		granted = append(granted, ex)
 		if ex.full {
 			full = true
@@ -372,6 +405,7 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 	}
 	st.vars = &st.varsStore
 
+	st.at(PhaseMatchCondition, "", "")
 	matched, err := st.match(v.matchConditions, p.failurePolicy)
 	if err != nil {
 		return rq.result(p, "evaluation", ResultError, "failed to load context: "+err.Error(), nil)
@@ -382,6 +416,7 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 		return r
 	}
 	for i, val := range v.validations {
+		st.at(PhaseValidation, index(i), "")
 		out, err := st.eval(val.prog)
 		var ok bool
 		if err == nil {
@@ -395,6 +430,7 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 		}
 		message := val.message
 		if val.msgProg != nil {
+			st.at(PhaseMessageExpression, index(i), "")
 			out, err := st.eval(val.msgProg)
 			if err != nil {
 				message = "failed to evaluate message expression: " + err.Error()
@@ -523,6 +559,8 @@ type policyState struct {
 	exact bool
 	// inexact is set when charged estimates exceeded the budget.
 	inexact bool
+	// lbl says what is being evaluated (for traces).
+	lbl traceLabel
 }
 
 var (
@@ -571,6 +609,7 @@ func (st *policyState) eval(p *program) (ref.Val, error) {
 			}
 		}
 	}
+	st.traced(p, out, err)
 	if err != nil {
 		return nil, err
 	}
@@ -587,7 +626,8 @@ func (st *policyState) eval(p *program) (ref.Val, error) {
 // without a false follow failurePolicy (Ignore: no match; Fail: error).
 func (st *policyState) match(conds []*program, fp admissionregistrationv1.FailurePolicyType) (bool, error) {
 	var errs []string
-	for _, c := range conds {
+	for i, c := range conds {
+		st.lbl.name = index(i)
 		out, err := st.eval(c)
 		var ok bool
 		if err == nil {
@@ -614,6 +654,7 @@ func (st *policyState) match(conds []*program, fp admissionregistrationv1.Failur
 // exception is granted only if every one is true.
 func (st *policyState) controls(ex *Exception, controls []*control) (refusal, bool) {
 	for i, c := range controls {
+		st.at(PhaseExceptionControl, index(i), ex.Key())
 		out, err := st.eval(c.prog)
 		var ok bool
 		if err == nil {
@@ -627,6 +668,7 @@ func (st *policyState) controls(ex *Exception, controls []*control) (refusal, bo
 		}
 		msg := c.message
 		if c.msgProg != nil {
+			st.at(PhaseExceptionControlMessage, index(i), ex.Key())
 			if out, err := st.eval(c.msgProg); err == nil {
 				if s, err := asString(out); err == nil {
 					msg = s
@@ -647,6 +689,7 @@ func (st *policyState) auditAnnotations() (map[string]string, error) {
 	}
 	out := make(map[string]string, len(st.v.auditAnnotations))
 	for _, a := range st.v.auditAnnotations {
+		st.at(PhaseAuditAnnotation, a.key, "")
 		v, err := st.eval(a.prog)
 		if err != nil {
 			return nil, fmt.Errorf("failed to evaluate auditAnnotation '%s': %w", a.key, err)
@@ -723,7 +766,9 @@ func (m *varsValue) resolve(i int) ref.Val {
 	if v := m.values[i]; v != nil {
 		return v
 	}
+	prev := m.st.at(PhaseVariable, m.st.v.variables[i].name, "")
 	out, err := m.st.eval(m.st.v.variables[i].prog)
+	m.st.lbl = prev
 	if err != nil {
 		out = types.WrapErr(err)
 	}

@@ -118,6 +118,10 @@ const (
 	ClassNamespace
 	// ClassUnsupported is a policy kind Arbiter does not evaluate.
 	ClassUnsupported
+	// ClassVAP is a Kubernetes ValidatingAdmissionPolicy.
+	ClassVAP
+	// ClassVAPBinding is a ValidatingAdmissionPolicyBinding.
+	ClassVAPBinding
 )
 
 // unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
@@ -144,6 +148,9 @@ func Classify(o *Object) Class {
 		return ClassUnsupported
 	case group == "" && o.Kind == "Namespace" && o.APIVersion == "v1":
 		return ClassNamespace
+	}
+	if c, ok := classifyVAP(o); ok {
+		return c
 	}
 	return ClassResource
 }

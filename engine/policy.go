@@ -433,3 +433,48 @@ func compileVariant(env *celenv.Env, o *Object, p *Policy, config, templatePath 
 	}
 	return v, nil
 }
+
+// Resources returns the resources the policy's rules (and autogen
+// variants) name, as group/version/resource (with * where the rule says so).
+func (p *Policy) Resources() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range p.variants {
+		if v.match == nil {
+			continue
+		}
+		for _, r := range v.match.rules {
+			for _, g := range r.groups {
+				for _, ver := range r.versions {
+					for _, res := range r.resources {
+						name := res[0]
+						if res[1] != "" {
+							name += "/" + res[1]
+						}
+						key := g + "/" + ver + "/" + name
+						if g == "" {
+							key = ver + "/" + name
+						}
+						if !seen[key] {
+							seen[key] = true
+							out = append(out, key)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// AutogenConfigs returns the autogen configurations the policy is also
+// compiled for (defaults, cronjobs).
+func (p *Policy) AutogenConfigs() []string {
+	var out []string
+	for _, v := range p.variants {
+		if v.config != "" {
+			out = append(out, v.config)
+		}
+	}
+	return out
+}

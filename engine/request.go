@@ -79,6 +79,14 @@ type Request struct {
 	// Namespace object of the policy set (if any) is used.
 	NamespaceObject map[string]any
 	Mode            Mode
+	// CostBudget bounds the CEL cost of every policy of the decision
+	// together (0: no bound beyond the per-expression and per-policy
+	// limits). Policies reached once it is spent are error results. The
+	// untracked fast path is charged its static estimate, so the charge is
+	// deterministic for a request and a policy set.
+	CostBudget uint64
+	// Trace, when set, records how the decision is reached (Explain).
+	Trace *Trace
 	// Context is what Kyverno's context libraries (resource.*, http.*,
 	// globalContext, image data) read. Nil means no cluster access.
 	Context kyvernocel.Context

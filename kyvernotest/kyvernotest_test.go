@@ -57,6 +57,7 @@ func TestGoldenSuites(t *testing.T) {
 		"numbers":          {},
 		"operations":       {},
 		"skip":             {},
+		"vap":              {},
 	}
 	entries, err := os.ReadDir("testdata/suites")
 	if err != nil {

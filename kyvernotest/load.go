@@ -31,8 +31,10 @@ type Suite struct {
 	// resources, ignored kyverno.io exceptions, non-Kubernetes documents).
 	Warnings []string
 
-	policySet  *engine.PolicySet
-	policies   []*engine.Policy
+	policySet *engine.PolicySet
+	policies  []*engine.Policy
+	// vaps are the names of the ValidatingAdmissionPolicies.
+	vaps       []string
 	authz      []*authzPolicy
 	exceptions int
 	resources  []*Resource
@@ -67,7 +69,7 @@ type Payload struct {
 }
 
 // PolicyCount, ResourceCount and ExceptionCount describe the suite.
-func (s *Suite) PolicyCount() int    { return len(s.policies) + len(s.authz) }
+func (s *Suite) PolicyCount() int    { return len(s.policies) + len(s.vaps) + len(s.authz) }
 func (s *Suite) ResourceCount() int  { return len(s.resources) }
 func (s *Suite) ExceptionCount() int { return s.exceptions }
 
@@ -111,6 +113,11 @@ func Load(doc *TestDocument) (*Suite, error) {
 		return nil, err
 	}
 	s.exceptions = len(excs)
+	params, err := s.loadResources("paramResources", t.ParamResources, false)
+	if err != nil {
+		return nil, err
+	}
+	objs = prepareVAP(objs, params)
 	ps, err := engine.Compile(append(objs, excs...), engine.Options{KeepOrder: true})
 	if err != nil {
 		if l := engine.AsLoadErrors(err); l != nil {
@@ -128,15 +135,12 @@ func Load(doc *TestDocument) (*Suite, error) {
 	}
 	s.policySet = ps
 	s.policies = ps.Policies()
+	s.vaps = ps.ValidatingAdmissionPolicies()
 
 	if s.resources, err = s.loadResources("resources", t.Resources, true); err != nil {
 		return nil, err
 	}
 	targets, err := s.loadResources("targetResources", t.TargetResources, false)
-	if err != nil {
-		return nil, err
-	}
-	params, err := s.loadResources("paramResources", t.ParamResources, false)
 	if err != nil {
 		return nil, err
 	}
@@ -378,11 +382,19 @@ func (s *Suite) loadPolicies() ([]*engine.Object, error) {
 					}
 					seen[id] = string(content)
 					out = append(out, o)
+				case engine.ClassVAP, engine.ClassVAPBinding:
+					id := engine.ObjectID(o)
+					content, _ := json.Marshal(o.Content)
+					if first, dup := seen[id]; dup && first == string(content) {
+						continue
+					}
+					seen[id] = string(content)
+					out = append(out, o)
 				case engine.ClassException:
 					// the CLI takes exceptions from `exceptions` only
 					s.Warnings = append(s.Warnings, fmt.Sprintf("%s: %s in a policy file is not used (list it under exceptions)", o.Source, o.Ref()))
 				default:
-					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy and NamespacedValidatingPolicy)", o.APIVersion, o.Kind)})
+					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy, NamespacedValidatingPolicy, ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding)", o.APIVersion, o.Kind)})
 				}
 			}
 		}

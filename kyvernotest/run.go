@@ -214,6 +214,7 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) []resp
 			k8s = append(k8s, resp)
 		}
 	}
+	k8s = append(k8s, s.vapResponses(d, obj)...)
 	return append(k8s, json...)
 }
 

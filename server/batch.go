@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -78,7 +79,11 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		out.Error = &arbiterv1.ItemError{Code: int32(codes.InvalidArgument), Message: "request: required", Field: "request"}
 		return out
 	}
+	start := time.Now()
 	req, err := RequestFromProto(item.GetRequest())
+	if err == nil {
+		err = s.cfg.Limits.ObjectSizes(item.GetRequest())
+	}
 	if err != nil {
 		st := status.Convert(toStatus(err))
 		out.Error = &arbiterv1.ItemError{Code: int32(st.Code()), Message: st.Message()}
@@ -88,8 +93,11 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		}
 		return out
 	}
-	out.Decision = ResponseFromDecision(snap.Set.Evaluate(ctx, req))
+	req.CostBudget = s.cfg.Limits.MaxDecisionCost
+	d := snap.Set.Evaluate(ctx, req)
+	out.Decision = ResponseFromDecision(d)
 	out.Decision.DecisionId = newDecisionID()
+	s.observeDecision(ctx, snap, req, d, out.Decision, start)
 	if cand != nil {
 		cr := *req
 		out.CandidateDecision = ResponseFromDecision(cand.Evaluate(ctx, &cr))

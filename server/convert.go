@@ -158,7 +158,11 @@ func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 		}
 	}
 	if !d.Allowed {
-		resp.Status = &arbiterv1.Status{Code: 400, Message: d.Message}
+		code := d.Code
+		if code == 0 {
+			code = 400
+		}
+		resp.Status = &arbiterv1.Status{Code: code, Reason: d.Reason, Message: d.Message}
 	}
 	return resp
 }

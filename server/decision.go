@@ -7,6 +7,7 @@ import (
 	"time"
 
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/server/limits"
 )
 
 // Decide implements DecisionService.Decide: one decision against one
@@ -16,15 +17,18 @@ func (s *Server) Decide(ctx context.Context, in *arbiterv1.DecideRequest) (*arbi
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	start := time.Now()
 	req, err := RequestFromProto(in)
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	req.CostBudget = s.cfg.Limits.MaxDecisionCost
 	d := snap.Set.Evaluate(ctx, req)
 	resp := ResponseFromDecision(d)
 	resp.Revision = snap.Revision
 	resp.Digest = snap.Digest
 	resp.DecisionId = newDecisionID()
+	s.observeDecision(ctx, snap, req, d, resp, start)
 	return resp, nil
 }
 
@@ -35,7 +39,7 @@ func (s *Server) snapshotFor(ctx context.Context, minRevision uint64) (*Snapshot
 	if snap.Revision >= minRevision {
 		return snap, nil
 	}
-	if _, ok := ctx.Deadline(); !ok {
+	if _, ok := ctx.Deadline(); !ok || limits.Imposed(ctx) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.MinRevisionWait)
 		defer cancel()

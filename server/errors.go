@@ -11,6 +11,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/server/limits"
 	"github.com/arbiter-pdp/arbiter/store"
 )
 
@@ -23,12 +24,17 @@ func toStatus(err error) error {
 		return err
 	}
 	var (
+		le  *limits.Error
 		fe  *FieldError
 		np  *NotPrimaryError
 		rnr *RevisionNotReachedError
 		re  *store.RevisionError
 	)
 	switch {
+	case errors.As(err, &le):
+		return withDetails(codes.ResourceExhausted, le.Error(), &errdetails.QuotaFailure{
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: le.Flag, Description: le.Error()}},
+		})
 	case errors.As(err, &fe):
 		return withDetails(codes.InvalidArgument, err.Error(), &errdetails.BadRequest{
 			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.Field, Description: fe.Detail}},
@@ -44,6 +50,8 @@ func toStatus(err error) error {
 			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: field, Description: e.Detail})
 		}
 		return withDetails(codes.InvalidArgument, "refused: "+l.Error(), br)
+	case errors.As(err, new(*NotFoundError)):
+		return status.Error(codes.NotFound, err.Error())
 	case errors.As(err, &np):
 		return withDetails(codes.FailedPrecondition, err.Error(), &arbiterv1.RevisionInfo{Primary: np.Primary})
 	case errors.As(err, &rnr):

@@ -239,6 +239,7 @@ func (s *Server) updateHealth() {
 func (s *Server) applyChangeSet(ctx context.Context, cs store.ChangeSet) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	start := time.Now()
 	base := s.snap.Load()
 	var next *Snapshot
 	err := s.store.ApplyChangeSet(ctx, cs, func(_ context.Context, p *store.Pending) error {
@@ -259,6 +260,7 @@ func (s *Server) applyChangeSet(ctx context.Context, cs store.ChangeSet) error {
 	if next != nil {
 		next.Time = time.Now()
 		s.swap(next)
+		s.observeCommit(start)
 	}
 	return nil
 }
@@ -267,6 +269,7 @@ func (s *Server) applyChangeSet(ctx context.Context, cs store.ChangeSet) error {
 func (s *Server) applySnapshot(ctx context.Context, snap store.Snapshot) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	start := time.Now()
 	base := s.snap.Load()
 	var next *Snapshot
 	err := s.store.ReplaceAll(ctx, snap, func(_ context.Context, p *store.Pending) error {
@@ -287,6 +290,7 @@ func (s *Server) applySnapshot(ctx context.Context, snap store.Snapshot) error {
 	}
 	next.Time = time.Now()
 	s.swap(next)
+	s.observeCommit(start)
 	s.log.Info("snapshot installed", "revision", snap.Revision, "objects", len(snap.Objects))
 	return nil
 }

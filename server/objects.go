@@ -16,21 +16,41 @@ func KeyOf(o *engine.Object) store.Key {
 	return store.Key{Group: o.Group(), Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
 }
 
-// storable checks that an object may be stored: a policy, an exception or
-// an object policies refer to. Resources to evaluate are not stored.
+// storable checks that an object may be stored on its own: a policy, an
+// exception, a ValidatingAdmissionPolicy or binding, a Namespace, or an
+// object that may be a param of a ValidatingAdmissionPolicy. Whether such
+// an object is a param depends on the content it ends up in: build checks
+// it (notParams).
 func storable(o *engine.Object) error {
 	if o.Name == "" {
 		return &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "metadata.name", Detail: "required"}
 	}
-	switch engine.Classify(o) {
-	case engine.ClassPolicy, engine.ClassException, engine.ClassNamespace:
-		return nil
-	case engine.ClassUnsupported:
+	if engine.Classify(o) == engine.ClassUnsupported {
 		return &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "kind",
 			Detail: fmt.Sprintf("unsupported kind %s (apiVersion %s)", o.Kind, o.APIVersion)}
 	}
+	return nil
+}
+
+// notParams returns an error for every object of content that is a
+// resource rather than a policy object: not a param of a
+// ValidatingAdmissionPolicy of set. Resources to evaluate are not stored.
+func notParams(objs []*engine.Object, set *engine.PolicySet) error {
+	var errs engine.LoadErrors
+	for _, o := range objs {
+		if engine.Classify(o) == engine.ClassResource && !set.IsParam(o) {
+			errs = append(errs, notPolicyObject(o))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+func notPolicyObject(o *engine.Object) *engine.LoadError {
 	return &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "kind",
-		Detail: fmt.Sprintf("%s is not a policy object: the store holds ValidatingPolicy, NamespacedValidatingPolicy, PolicyException and Namespace objects (evaluate resources with Decide, arbiter decide or arbiter apply)", o.Kind)}
+		Detail: fmt.Sprintf("%s is not a policy object: the store holds ValidatingPolicy, NamespacedValidatingPolicy, PolicyException, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding and Namespace objects, and params of a ValidatingAdmissionPolicy (objects of its paramKind); evaluate resources with Decide, arbiter decide or arbiter apply", o.Kind)}
 }
 
 // encodeObject renders an object as the canonical JSON the store keeps.

@@ -24,8 +24,14 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	oteltrace "go.opentelemetry.io/otel/trace"
+
+	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/engine"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/server/authz"
+	"github.com/arbiter-pdp/arbiter/server/limits"
+	"github.com/arbiter-pdp/arbiter/server/metrics"
 	"github.com/arbiter-pdp/arbiter/store"
 )
 
@@ -56,6 +62,20 @@ type Config struct {
 	// FollowDialOptions are extra gRPC dial options a follower uses to reach
 	// its primary (credentials).
 	FollowDialOptions []grpc.DialOption
+
+	// Authz identifies callers and checks their roles (nil: no checks).
+	Authz *authz.Authorizer
+	// Limits are the request limits (zero values: none).
+	Limits limits.Config
+	// Metrics receives the server's metrics (nil: none).
+	Metrics *metrics.Metrics
+	// DecisionLog receives decisions (nil: none).
+	DecisionLog *decisionlog.Logger
+	// TracerProvider makes the per-decision spans (nil: the global one).
+	TracerProvider oteltrace.TracerProvider
+	// DrainDelay is how long Shutdown keeps serving after health goes
+	// NOT_SERVING, so load balancers stop sending calls first.
+	DrainDelay time.Duration
 }
 
 // Server is an Arbiter replica.
@@ -80,6 +100,9 @@ type Server struct {
 
 	followers *followerTable
 	follower  *follower
+
+	tracer   oteltrace.Tracer
+	expiries expiryCache
 
 	closeOnce sync.Once
 	// runCtx ends when the server shuts down (follower loops, follow streams).
@@ -146,16 +169,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error")
 	})
-	opts := append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(recoveryOpt), logging.UnaryServerInterceptor(logger, logOpts...)),
-		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(recoveryOpt), logging.StreamServerInterceptor(logger, logOpts...)),
-	}, cfg.GRPCOptions...)
+	unary, streams := s.interceptors(recovery.UnaryServerInterceptor(recoveryOpt), logging.UnaryServerInterceptor(logger, logOpts...),
+		recovery.StreamServerInterceptor(recoveryOpt), logging.StreamServerInterceptor(logger, logOpts...))
+	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(streams...)}, s.serverOptions()...)
+	opts = append(opts, cfg.GRPCOptions...)
 	s.grpc = grpc.NewServer(opts...)
 	arbiterv1.RegisterDecisionServiceServer(s.grpc, s)
 	arbiterv1.RegisterQueryServiceServer(s.grpc, s)
 	arbiterv1.RegisterSyncServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
+	s.registerOps()
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.runCtx, s.stop = runCtx, cancel
@@ -225,6 +249,12 @@ func (s *Server) Serve(lis net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) {
 	s.closeOnce.Do(func() {
 		s.health.Shutdown()
+		if d := s.cfg.DrainDelay; d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
 		s.stop()
 		stopped := make(chan struct{})
 		go func() {
@@ -262,6 +292,7 @@ func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.B
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	start := time.Now()
 	base := s.snap.Load()
 	b, err := mk(base)
 	if err != nil {
@@ -273,6 +304,9 @@ func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.B
 		if err != nil {
 			return err
 		}
+		if max := s.cfg.Limits.MaxObjects; max > 0 && objs.len() > max && objs.len() > base.objects.len() {
+			return limits.StoreFull(objs.len(), max)
+		}
 		next = &Snapshot{Revision: p.Revision(), Digest: p.Digest(), Set: set, objects: objs, next: make(chan struct{})}
 		return nil
 	})
@@ -282,6 +316,7 @@ func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.B
 	if next != nil && !commit.Unchanged && !commit.Replayed {
 		next.Time = commit.Time
 		s.swap(next)
+		s.observeCommit(start)
 	}
 	return commit, nil
 }

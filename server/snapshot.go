@@ -122,6 +122,9 @@ func (s *Server) build(base *objectSet, changes []store.Change, sources map[stor
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := notParams(objs.objs, set); err != nil {
+		return nil, nil, err
+	}
 	return objs, set, nil
 }
 

@@ -132,7 +132,7 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if len(args) > 0 {
 			return exitWith(exitLoad, "with --server the policies are the server's: drop the PATH arguments")
 		}
-		c, err := client.Dial(ctx, o.server)
+		c, err := dialServer(ctx, o.server)
 		if err != nil {
 			return exitWith(exitLoad, "%v", err)
 		}

@@ -41,9 +41,10 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 	if err != nil {
 		return nil, err
 	}
+	params := engine.ParamObjects(objs)
 	for _, o := range objs {
 		in.objects = append(in.objects, o)
-		if engine.Classify(o) == engine.ClassResource {
+		if engine.Classify(o) == engine.ClassResource && !params[o] {
 			in.resources = append(in.resources, o)
 		}
 	}

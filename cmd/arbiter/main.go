@@ -65,6 +65,13 @@ func newRootCommand() *cobra.Command {
 		newTestCommand(),
 		newPushCommand(),
 		newStatusCommand(),
+		newExportCommand(),
+		newExplainCommand(),
+		newGetCommand(),
+		newWebhookCommand(),
+		newBackupCommand(),
+		newRestoreCommand(),
 	)
+	addConnFlags(root)
 	return root
 }

@@ -55,9 +55,10 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 	}
 	var payload [][]byte
 	var sources []string
+	params := engine.ParamObjects(objs)
 	for _, o := range objs {
-		if engine.Classify(o) == engine.ClassResource {
-			return exitWith(exitLoad, "%s: %s is not a policy object (the store holds policies, exceptions and Namespaces)", o.Source, o.Ref())
+		if engine.Classify(o) == engine.ClassResource && !params[o] {
+			return exitWith(exitLoad, "%s: %s is not a policy object (the store holds policies, exceptions, ValidatingAdmissionPolicies and their bindings and params, and Namespaces)", o.Source, o.Ref())
 		}
 		b, err := json.Marshal(o.Content)
 		if err != nil {
@@ -66,7 +67,7 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 		payload = append(payload, b)
 		sources = append(sources, o.Source)
 	}
-	c, err := client.Dial(ctx, addr)
+	c, err := dialServer(ctx, addr)
 	if err != nil {
 		return exitWith(exitLoad, "%v", err)
 	}

@@ -40,7 +40,7 @@ func runStatus(ctx context.Context, out io.Writer, addr, output string, timeout 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	c, err := client.Dial(ctx, addr)
+	c, err := dialServer(ctx, addr)
 	if err != nil {
 		return exitWith(exitLoad, "%v", err)
 	}

@@ -9,6 +9,7 @@ package arbiterv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -71,6 +72,1278 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{0}
 }
 
+// PolicyInfo describes a policy.
+type PolicyInfo struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Kind      string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// validationActions.
+	Actions     []string          `protobuf:"bytes,4,rep,name=actions,proto3" json:"actions,omitempty"`
+	Labels      map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string `protobuf:"bytes,6,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The resources its rules name, as group/version/resource.
+	Resources         []string `protobuf:"bytes,7,rep,name=resources,proto3" json:"resources,omitempty"`
+	AdmissionEnabled  bool     `protobuf:"varint,8,opt,name=admission_enabled,json=admissionEnabled,proto3" json:"admission_enabled,omitempty"`
+	BackgroundEnabled bool     `protobuf:"varint,9,opt,name=background_enabled,json=backgroundEnabled,proto3" json:"background_enabled,omitempty"`
+	// namespace/name of the exceptions bound to it.
+	Exceptions []string `protobuf:"bytes,10,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	// The stored manifest, as JSON.
+	ManifestJson []byte `protobuf:"bytes,11,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
+	// Pod controllers it is also compiled for (autogen).
+	Autogen       []string `protobuf:"bytes,12,rep,name=autogen,proto3" json:"autogen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyInfo) Reset() {
+	*x = PolicyInfo{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyInfo) ProtoMessage() {}
+
+func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyInfo.ProtoReflect.Descriptor instead.
+func (*PolicyInfo) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PolicyInfo) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PolicyInfo) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PolicyInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PolicyInfo) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+func (x *PolicyInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *PolicyInfo) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *PolicyInfo) GetResources() []string {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *PolicyInfo) GetAdmissionEnabled() bool {
+	if x != nil {
+		return x.AdmissionEnabled
+	}
+	return false
+}
+
+func (x *PolicyInfo) GetBackgroundEnabled() bool {
+	if x != nil {
+		return x.BackgroundEnabled
+	}
+	return false
+}
+
+func (x *PolicyInfo) GetExceptions() []string {
+	if x != nil {
+		return x.Exceptions
+	}
+	return nil
+}
+
+func (x *PolicyInfo) GetManifestJson() []byte {
+	if x != nil {
+		return x.ManifestJson
+	}
+	return nil
+}
+
+func (x *PolicyInfo) GetAutogen() []string {
+	if x != nil {
+		return x.Autogen
+	}
+	return nil
+}
+
+// ListPoliciesRequest filters policies; empty fields match everything.
+type ListPoliciesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Kind      string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// A validationAction the policy has (Deny, Warn, Audit).
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// A Kubernetes label selector, e.g. "team=a,tier!=web".
+	LabelSelector string `protobuf:"bytes,4,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	// Leave the manifests out.
+	WithoutManifests bool `protobuf:"varint,5,opt,name=without_manifests,json=withoutManifests,proto3" json:"without_manifests,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ListPoliciesRequest) Reset() {
+	*x = ListPoliciesRequest{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoliciesRequest) ProtoMessage() {}
+
+func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListPoliciesRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ListPoliciesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListPoliciesRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListPoliciesRequest) GetLabelSelector() string {
+	if x != nil {
+		return x.LabelSelector
+	}
+	return ""
+}
+
+func (x *ListPoliciesRequest) GetWithoutManifests() bool {
+	if x != nil {
+		return x.WithoutManifests
+	}
+	return false
+}
+
+// ListPoliciesResponse lists policies at one revision.
+type ListPoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Policies      []*PolicyInfo          `protobuf:"bytes,3,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoliciesResponse) Reset() {
+	*x = ListPoliciesResponse{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoliciesResponse) ProtoMessage() {}
+
+func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListPoliciesResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ListPoliciesResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ListPoliciesResponse) GetPolicies() []*PolicyInfo {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+// GetPolicyRequest names a policy.
+type GetPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ValidatingPolicy (default) or NamespacedValidatingPolicy.
+	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Namespace     string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyRequest) Reset() {
+	*x = GetPolicyRequest{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyRequest) ProtoMessage() {}
+
+func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetPolicyRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *GetPolicyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetPolicyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetPolicyResponse is one policy and its exceptions.
+type GetPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Policy        *PolicyInfo            `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	Exceptions    []*ExceptionInfo       `protobuf:"bytes,4,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyResponse) Reset() {
+	*x = GetPolicyResponse{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyResponse) ProtoMessage() {}
+
+func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
+func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetPolicyResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *GetPolicyResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *GetPolicyResponse) GetPolicy() *PolicyInfo {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *GetPolicyResponse) GetExceptions() []*ExceptionInfo {
+	if x != nil {
+		return x.Exceptions
+	}
+	return nil
+}
+
+// PolicyReference is a policyRefs entry of an exception.
+type PolicyReference struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Whether such a policy exists at this revision.
+	Exists        bool `protobuf:"varint,3,opt,name=exists,proto3" json:"exists,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyReference) Reset() {
+	*x = PolicyReference{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyReference) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyReference) ProtoMessage() {}
+
+func (x *PolicyReference) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyReference.ProtoReflect.Descriptor instead.
+func (*PolicyReference) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PolicyReference) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PolicyReference) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PolicyReference) GetExists() bool {
+	if x != nil {
+		return x.Exists
+	}
+	return false
+}
+
+// ExceptionInfo describes an exception.
+type ExceptionInfo struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Namespace   string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Policies    []*PolicyReference     `protobuf:"bytes,3,rep,name=policies,proto3" json:"policies,omitempty"`
+	ExpiresAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Expired     bool                   `protobuf:"varint,5,opt,name=expired,proto3" json:"expired,omitempty"`
+	HasControls bool                   `protobuf:"varint,6,opt,name=has_controls,json=hasControls,proto3" json:"has_controls,omitempty"`
+	// skip or pass.
+	ReportResult string `protobuf:"bytes,7,opt,name=report_result,json=reportResult,proto3" json:"report_result,omitempty"`
+	// Full exemption (no images or allowedValues).
+	Full            bool              `protobuf:"varint,8,opt,name=full,proto3" json:"full,omitempty"`
+	Images          []string          `protobuf:"bytes,9,rep,name=images,proto3" json:"images,omitempty"`
+	AllowedValues   []string          `protobuf:"bytes,10,rep,name=allowed_values,json=allowedValues,proto3" json:"allowed_values,omitempty"`
+	Properties      map[string]string `protobuf:"bytes,11,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels          map[string]string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MatchConditions []string          `protobuf:"bytes,13,rep,name=match_conditions,json=matchConditions,proto3" json:"match_conditions,omitempty"`
+	ManifestJson    []byte            `protobuf:"bytes,14,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ExceptionInfo) Reset() {
+	*x = ExceptionInfo{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExceptionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExceptionInfo) ProtoMessage() {}
+
+func (x *ExceptionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExceptionInfo.ProtoReflect.Descriptor instead.
+func (*ExceptionInfo) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ExceptionInfo) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ExceptionInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExceptionInfo) GetPolicies() []*PolicyReference {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *ExceptionInfo) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *ExceptionInfo) GetExpired() bool {
+	if x != nil {
+		return x.Expired
+	}
+	return false
+}
+
+func (x *ExceptionInfo) GetHasControls() bool {
+	if x != nil {
+		return x.HasControls
+	}
+	return false
+}
+
+func (x *ExceptionInfo) GetReportResult() string {
+	if x != nil {
+		return x.ReportResult
+	}
+	return ""
+}
+
+func (x *ExceptionInfo) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *ExceptionInfo) GetImages() []string {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+func (x *ExceptionInfo) GetAllowedValues() []string {
+	if x != nil {
+		return x.AllowedValues
+	}
+	return nil
+}
+
+func (x *ExceptionInfo) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *ExceptionInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ExceptionInfo) GetMatchConditions() []string {
+	if x != nil {
+		return x.MatchConditions
+	}
+	return nil
+}
+
+func (x *ExceptionInfo) GetManifestJson() []byte {
+	if x != nil {
+		return x.ManifestJson
+	}
+	return nil
+}
+
+// ListExceptionsRequest filters exceptions; empty fields match everything.
+type ListExceptionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exceptions referencing this policy name (and kind, if set).
+	Policy     string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	PolicyKind string `protobuf:"bytes,2,opt,name=policy_kind,json=policyKind,proto3" json:"policy_kind,omitempty"`
+	// Exceptions in this namespace.
+	Namespace string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Exceptions expiring before this time (and not yet expired, unless
+	// include_expired).
+	ExpiringBefore *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expiring_before,json=expiringBefore,proto3" json:"expiring_before,omitempty"`
+	IncludeExpired bool                   `protobuf:"varint,5,opt,name=include_expired,json=includeExpired,proto3" json:"include_expired,omitempty"`
+	// Only exceptions with (true) or without (false) compensating controls.
+	HasControls      *bool `protobuf:"varint,6,opt,name=has_controls,json=hasControls,proto3,oneof" json:"has_controls,omitempty"`
+	WithoutManifests bool  `protobuf:"varint,7,opt,name=without_manifests,json=withoutManifests,proto3" json:"without_manifests,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ListExceptionsRequest) Reset() {
+	*x = ListExceptionsRequest{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExceptionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExceptionsRequest) ProtoMessage() {}
+
+func (x *ListExceptionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExceptionsRequest.ProtoReflect.Descriptor instead.
+func (*ListExceptionsRequest) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListExceptionsRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ListExceptionsRequest) GetPolicyKind() string {
+	if x != nil {
+		return x.PolicyKind
+	}
+	return ""
+}
+
+func (x *ListExceptionsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListExceptionsRequest) GetExpiringBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiringBefore
+	}
+	return nil
+}
+
+func (x *ListExceptionsRequest) GetIncludeExpired() bool {
+	if x != nil {
+		return x.IncludeExpired
+	}
+	return false
+}
+
+func (x *ListExceptionsRequest) GetHasControls() bool {
+	if x != nil && x.HasControls != nil {
+		return *x.HasControls
+	}
+	return false
+}
+
+func (x *ListExceptionsRequest) GetWithoutManifests() bool {
+	if x != nil {
+		return x.WithoutManifests
+	}
+	return false
+}
+
+// ListExceptionsResponse lists exceptions at one revision.
+type ListExceptionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Exceptions    []*ExceptionInfo       `protobuf:"bytes,3,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExceptionsResponse) Reset() {
+	*x = ListExceptionsResponse{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExceptionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExceptionsResponse) ProtoMessage() {}
+
+func (x *ListExceptionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExceptionsResponse.ProtoReflect.Descriptor instead.
+func (*ListExceptionsResponse) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListExceptionsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ListExceptionsResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ListExceptionsResponse) GetExceptions() []*ExceptionInfo {
+	if x != nil {
+		return x.Exceptions
+	}
+	return nil
+}
+
+// ApplicableRequest is an object, or a kind, namespace and labels.
+type ApplicableRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object as JSON; exceptions' matchConditions are evaluated on it.
+	ObjectJson []byte `protobuf:"bytes,1,opt,name=object_json,json=objectJson,proto3" json:"object_json,omitempty"`
+	// Without an object: the kind (and its API group/version) ...
+	Kind          *GroupVersionKind `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Namespace     string            `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Name          string            `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	Operation     Operation         `protobuf:"varint,6,opt,name=operation,proto3,enum=arbiter.v1.Operation" json:"operation,omitempty"`
+	Mode          Mode              `protobuf:"varint,7,opt,name=mode,proto3,enum=arbiter.v1.Mode" json:"mode,omitempty"`
+	MinRevision   uint64            `protobuf:"varint,8,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplicableRequest) Reset() {
+	*x = ApplicableRequest{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplicableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplicableRequest) ProtoMessage() {}
+
+func (x *ApplicableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplicableRequest.ProtoReflect.Descriptor instead.
+func (*ApplicableRequest) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ApplicableRequest) GetObjectJson() []byte {
+	if x != nil {
+		return x.ObjectJson
+	}
+	return nil
+}
+
+func (x *ApplicableRequest) GetKind() *GroupVersionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ApplicableRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ApplicableRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ApplicableRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ApplicableRequest) GetOperation() Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return Operation_OPERATION_UNSPECIFIED
+}
+
+func (x *ApplicableRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *ApplicableRequest) GetMinRevision() uint64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
+}
+
+// ApplicableException says whether an exception could apply.
+type ApplicableException struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Exception *ExceptionInfo         `protobuf:"bytes,1,opt,name=exception,proto3" json:"exception,omitempty"`
+	// matches, does not match, expired, error: ..., not evaluated (no object).
+	Match         string `protobuf:"bytes,2,opt,name=match,proto3" json:"match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplicableException) Reset() {
+	*x = ApplicableException{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplicableException) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplicableException) ProtoMessage() {}
+
+func (x *ApplicableException) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplicableException.ProtoReflect.Descriptor instead.
+func (*ApplicableException) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ApplicableException) GetException() *ExceptionInfo {
+	if x != nil {
+		return x.Exception
+	}
+	return nil
+}
+
+func (x *ApplicableException) GetMatch() string {
+	if x != nil {
+		return x.Match
+	}
+	return ""
+}
+
+// ApplicablePolicy is a policy that matches.
+type ApplicablePolicy struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy *PolicyInfo            `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// "" or the autogen variant (defaults, cronjobs) that matched.
+	Variant       string                 `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
+	Exceptions    []*ApplicableException `protobuf:"bytes,3,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplicablePolicy) Reset() {
+	*x = ApplicablePolicy{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplicablePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplicablePolicy) ProtoMessage() {}
+
+func (x *ApplicablePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplicablePolicy.ProtoReflect.Descriptor instead.
+func (*ApplicablePolicy) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ApplicablePolicy) GetPolicy() *PolicyInfo {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *ApplicablePolicy) GetVariant() string {
+	if x != nil {
+		return x.Variant
+	}
+	return ""
+}
+
+func (x *ApplicablePolicy) GetExceptions() []*ApplicableException {
+	if x != nil {
+		return x.Exceptions
+	}
+	return nil
+}
+
+// ApplicableResponse lists the matching policies at one revision.
+type ApplicableResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Policies      []*ApplicablePolicy    `protobuf:"bytes,3,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplicableResponse) Reset() {
+	*x = ApplicableResponse{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplicableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplicableResponse) ProtoMessage() {}
+
+func (x *ApplicableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplicableResponse.ProtoReflect.Descriptor instead.
+func (*ApplicableResponse) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ApplicableResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ApplicableResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ApplicableResponse) GetPolicies() []*ApplicablePolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+// ExplainRequest is a decision request to explain.
+type ExplainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *DecideRequest         `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ExplainRequest) GetRequest() *DecideRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ExplainStep is one expression evaluated, or one note.
+type ExplainStep struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Policy  string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Variant string                 `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
+	// matchConstraints, exception.matchCondition, exception.control,
+	// matchCondition, variable, validation, messageExpression,
+	// auditAnnotation, result.
+	Phase         string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Exception     string `protobuf:"bytes,5,opt,name=exception,proto3" json:"exception,omitempty"`
+	Expression    string `protobuf:"bytes,6,opt,name=expression,proto3" json:"expression,omitempty"`
+	Value         string `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	Note          string `protobuf:"bytes,9,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainStep) Reset() {
+	*x = ExplainStep{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainStep) ProtoMessage() {}
+
+func (x *ExplainStep) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainStep.ProtoReflect.Descriptor instead.
+func (*ExplainStep) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExplainStep) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ExplainStep) GetVariant() string {
+	if x != nil {
+		return x.Variant
+	}
+	return ""
+}
+
+func (x *ExplainStep) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ExplainStep) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExplainStep) GetException() string {
+	if x != nil {
+		return x.Exception
+	}
+	return ""
+}
+
+func (x *ExplainStep) GetExpression() string {
+	if x != nil {
+		return x.Expression
+	}
+	return ""
+}
+
+func (x *ExplainStep) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ExplainStep) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ExplainStep) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// ExplainResponse is the decision and how it was reached.
+type ExplainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decision      *DecideResponse        `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	Steps         []*ExplainStep         `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExplainResponse) GetDecision() *DecideResponse {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetSteps() []*ExplainStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
 // StatusRequest is empty.
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -80,7 +1353,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[0]
+	mi := &file_arbiter_v1_query_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +1365,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[0]
+	mi := &file_arbiter_v1_query_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +1378,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{0}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{16}
 }
 
 // FollowerStatus is a follower as its primary sees it.
@@ -126,7 +1399,7 @@ type FollowerStatus struct {
 
 func (x *FollowerStatus) Reset() {
 	*x = FollowerStatus{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[1]
+	mi := &file_arbiter_v1_query_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -138,7 +1411,7 @@ func (x *FollowerStatus) String() string {
 func (*FollowerStatus) ProtoMessage() {}
 
 func (x *FollowerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[1]
+	mi := &file_arbiter_v1_query_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -151,7 +1424,7 @@ func (x *FollowerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowerStatus.ProtoReflect.Descriptor instead.
 func (*FollowerStatus) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{1}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FollowerStatus) GetReplicaId() string {
@@ -228,7 +1501,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[2]
+	mi := &file_arbiter_v1_query_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +1513,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[2]
+	mi := &file_arbiter_v1_query_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +1526,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{2}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetRevision() uint64 {
@@ -338,7 +1611,139 @@ var File_arbiter_v1_query_proto protoreflect.FileDescriptor
 const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\n" +
 	"\x16arbiter/v1/query.proto\x12\n" +
-	"arbiter.v1\"\x0f\n" +
+	"arbiter.v1\x1a\x19arbiter/v1/decision.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x04\n" +
+	"\n" +
+	"PolicyInfo\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aactions\x18\x04 \x03(\tR\aactions\x12:\n" +
+	"\x06labels\x18\x05 \x03(\v2\".arbiter.v1.PolicyInfo.LabelsEntryR\x06labels\x12I\n" +
+	"\vannotations\x18\x06 \x03(\v2'.arbiter.v1.PolicyInfo.AnnotationsEntryR\vannotations\x12\x1c\n" +
+	"\tresources\x18\a \x03(\tR\tresources\x12+\n" +
+	"\x11admission_enabled\x18\b \x01(\bR\x10admissionEnabled\x12-\n" +
+	"\x12background_enabled\x18\t \x01(\bR\x11backgroundEnabled\x12\x1e\n" +
+	"\n" +
+	"exceptions\x18\n" +
+	" \x03(\tR\n" +
+	"exceptions\x12#\n" +
+	"\rmanifest_json\x18\v \x01(\fR\fmanifestJson\x12\x18\n" +
+	"\aautogen\x18\f \x03(\tR\aautogen\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x01\n" +
+	"\x13ListPoliciesRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12%\n" +
+	"\x0elabel_selector\x18\x04 \x01(\tR\rlabelSelector\x12+\n" +
+	"\x11without_manifests\x18\x05 \x01(\bR\x10withoutManifests\"~\n" +
+	"\x14ListPoliciesResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x122\n" +
+	"\bpolicies\x18\x03 \x03(\v2\x16.arbiter.v1.PolicyInfoR\bpolicies\"X\n" +
+	"\x10GetPolicyRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xb2\x01\n" +
+	"\x11GetPolicyResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12.\n" +
+	"\x06policy\x18\x03 \x01(\v2\x16.arbiter.v1.PolicyInfoR\x06policy\x129\n" +
+	"\n" +
+	"exceptions\x18\x04 \x03(\v2\x19.arbiter.v1.ExceptionInfoR\n" +
+	"exceptions\"Q\n" +
+	"\x0fPolicyReference\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06exists\x18\x03 \x01(\bR\x06exists\"\xbe\x05\n" +
+	"\rExceptionInfo\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x127\n" +
+	"\bpolicies\x18\x03 \x03(\v2\x1b.arbiter.v1.PolicyReferenceR\bpolicies\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x18\n" +
+	"\aexpired\x18\x05 \x01(\bR\aexpired\x12!\n" +
+	"\fhas_controls\x18\x06 \x01(\bR\vhasControls\x12#\n" +
+	"\rreport_result\x18\a \x01(\tR\freportResult\x12\x12\n" +
+	"\x04full\x18\b \x01(\bR\x04full\x12\x16\n" +
+	"\x06images\x18\t \x03(\tR\x06images\x12%\n" +
+	"\x0eallowed_values\x18\n" +
+	" \x03(\tR\rallowedValues\x12I\n" +
+	"\n" +
+	"properties\x18\v \x03(\v2).arbiter.v1.ExceptionInfo.PropertiesEntryR\n" +
+	"properties\x12=\n" +
+	"\x06labels\x18\f \x03(\v2%.arbiter.v1.ExceptionInfo.LabelsEntryR\x06labels\x12)\n" +
+	"\x10match_conditions\x18\r \x03(\tR\x0fmatchConditions\x12#\n" +
+	"\rmanifest_json\x18\x0e \x01(\fR\fmanifestJson\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc2\x02\n" +
+	"\x15ListExceptionsRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1f\n" +
+	"\vpolicy_kind\x18\x02 \x01(\tR\n" +
+	"policyKind\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12C\n" +
+	"\x0fexpiring_before\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0eexpiringBefore\x12'\n" +
+	"\x0finclude_expired\x18\x05 \x01(\bR\x0eincludeExpired\x12&\n" +
+	"\fhas_controls\x18\x06 \x01(\bH\x00R\vhasControls\x88\x01\x01\x12+\n" +
+	"\x11without_manifests\x18\a \x01(\bR\x10withoutManifestsB\x0f\n" +
+	"\r_has_controls\"\x87\x01\n" +
+	"\x16ListExceptionsResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x129\n" +
+	"\n" +
+	"exceptions\x18\x03 \x03(\v2\x19.arbiter.v1.ExceptionInfoR\n" +
+	"exceptions\"\x94\x03\n" +
+	"\x11ApplicableRequest\x12\x1f\n" +
+	"\vobject_json\x18\x01 \x01(\fR\n" +
+	"objectJson\x120\n" +
+	"\x04kind\x18\x02 \x01(\v2\x1c.arbiter.v1.GroupVersionKindR\x04kind\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12A\n" +
+	"\x06labels\x18\x04 \x03(\v2).arbiter.v1.ApplicableRequest.LabelsEntryR\x06labels\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x123\n" +
+	"\toperation\x18\x06 \x01(\x0e2\x15.arbiter.v1.OperationR\toperation\x12$\n" +
+	"\x04mode\x18\a \x01(\x0e2\x10.arbiter.v1.ModeR\x04mode\x12!\n" +
+	"\fmin_revision\x18\b \x01(\x04R\vminRevision\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
+	"\x13ApplicableException\x127\n" +
+	"\texception\x18\x01 \x01(\v2\x19.arbiter.v1.ExceptionInfoR\texception\x12\x14\n" +
+	"\x05match\x18\x02 \x01(\tR\x05match\"\x9d\x01\n" +
+	"\x10ApplicablePolicy\x12.\n" +
+	"\x06policy\x18\x01 \x01(\v2\x16.arbiter.v1.PolicyInfoR\x06policy\x12\x18\n" +
+	"\avariant\x18\x02 \x01(\tR\avariant\x12?\n" +
+	"\n" +
+	"exceptions\x18\x03 \x03(\v2\x1f.arbiter.v1.ApplicableExceptionR\n" +
+	"exceptions\"\x82\x01\n" +
+	"\x12ApplicableResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x128\n" +
+	"\bpolicies\x18\x03 \x03(\v2\x1c.arbiter.v1.ApplicablePolicyR\bpolicies\"E\n" +
+	"\x0eExplainRequest\x123\n" +
+	"\arequest\x18\x01 \x01(\v2\x19.arbiter.v1.DecideRequestR\arequest\"\xe7\x01\n" +
+	"\vExplainStep\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x18\n" +
+	"\avariant\x18\x02 \x01(\tR\avariant\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1c\n" +
+	"\texception\x18\x05 \x01(\tR\texception\x12\x1e\n" +
+	"\n" +
+	"expression\x18\x06 \x01(\tR\n" +
+	"expression\x12\x14\n" +
+	"\x05value\x18\a \x01(\tR\x05value\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x12\n" +
+	"\x04note\x18\t \x01(\tR\x04note\"x\n" +
+	"\x0fExplainResponse\x126\n" +
+	"\bdecision\x18\x01 \x01(\v2\x1a.arbiter.v1.DecideResponseR\bdecision\x12-\n" +
+	"\x05steps\x18\x02 \x03(\v2\x17.arbiter.v1.ExplainStepR\x05steps\"\x0f\n" +
 	"\rStatusRequest\"\xf7\x01\n" +
 	"\x0eFollowerStatus\x12\x1d\n" +
 	"\n" +
@@ -368,9 +1773,15 @@ const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PRIMARY\x10\x01\x12\x11\n" +
-	"\rROLE_FOLLOWER\x10\x022O\n" +
+	"\rROLE_FOLLOWER\x10\x022\xd6\x03\n" +
 	"\fQueryService\x12?\n" +
-	"\x06Status\x12\x19.arbiter.v1.StatusRequest\x1a\x1a.arbiter.v1.StatusResponseB;Z9github.com/arbiter-pdp/arbiter/proto/arbiter/v1;arbiterv1b\x06proto3"
+	"\x06Status\x12\x19.arbiter.v1.StatusRequest\x1a\x1a.arbiter.v1.StatusResponse\x12Q\n" +
+	"\fListPolicies\x12\x1f.arbiter.v1.ListPoliciesRequest\x1a .arbiter.v1.ListPoliciesResponse\x12H\n" +
+	"\tGetPolicy\x12\x1c.arbiter.v1.GetPolicyRequest\x1a\x1d.arbiter.v1.GetPolicyResponse\x12W\n" +
+	"\x0eListExceptions\x12!.arbiter.v1.ListExceptionsRequest\x1a\".arbiter.v1.ListExceptionsResponse\x12K\n" +
+	"\n" +
+	"Applicable\x12\x1d.arbiter.v1.ApplicableRequest\x1a\x1e.arbiter.v1.ApplicableResponse\x12B\n" +
+	"\aExplain\x12\x1a.arbiter.v1.ExplainRequest\x1a\x1b.arbiter.v1.ExplainResponseB;Z9github.com/arbiter-pdp/arbiter/proto/arbiter/v1;arbiterv1b\x06proto3"
 
 var (
 	file_arbiter_v1_query_proto_rawDescOnce sync.Once
@@ -385,23 +1796,82 @@ func file_arbiter_v1_query_proto_rawDescGZIP() []byte {
 }
 
 var file_arbiter_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_arbiter_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_arbiter_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_arbiter_v1_query_proto_goTypes = []any{
-	(Role)(0),              // 0: arbiter.v1.Role
-	(*StatusRequest)(nil),  // 1: arbiter.v1.StatusRequest
-	(*FollowerStatus)(nil), // 2: arbiter.v1.FollowerStatus
-	(*StatusResponse)(nil), // 3: arbiter.v1.StatusResponse
+	(Role)(0),                      // 0: arbiter.v1.Role
+	(*PolicyInfo)(nil),             // 1: arbiter.v1.PolicyInfo
+	(*ListPoliciesRequest)(nil),    // 2: arbiter.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 3: arbiter.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 4: arbiter.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 5: arbiter.v1.GetPolicyResponse
+	(*PolicyReference)(nil),        // 6: arbiter.v1.PolicyReference
+	(*ExceptionInfo)(nil),          // 7: arbiter.v1.ExceptionInfo
+	(*ListExceptionsRequest)(nil),  // 8: arbiter.v1.ListExceptionsRequest
+	(*ListExceptionsResponse)(nil), // 9: arbiter.v1.ListExceptionsResponse
+	(*ApplicableRequest)(nil),      // 10: arbiter.v1.ApplicableRequest
+	(*ApplicableException)(nil),    // 11: arbiter.v1.ApplicableException
+	(*ApplicablePolicy)(nil),       // 12: arbiter.v1.ApplicablePolicy
+	(*ApplicableResponse)(nil),     // 13: arbiter.v1.ApplicableResponse
+	(*ExplainRequest)(nil),         // 14: arbiter.v1.ExplainRequest
+	(*ExplainStep)(nil),            // 15: arbiter.v1.ExplainStep
+	(*ExplainResponse)(nil),        // 16: arbiter.v1.ExplainResponse
+	(*StatusRequest)(nil),          // 17: arbiter.v1.StatusRequest
+	(*FollowerStatus)(nil),         // 18: arbiter.v1.FollowerStatus
+	(*StatusResponse)(nil),         // 19: arbiter.v1.StatusResponse
+	nil,                            // 20: arbiter.v1.PolicyInfo.LabelsEntry
+	nil,                            // 21: arbiter.v1.PolicyInfo.AnnotationsEntry
+	nil,                            // 22: arbiter.v1.ExceptionInfo.PropertiesEntry
+	nil,                            // 23: arbiter.v1.ExceptionInfo.LabelsEntry
+	nil,                            // 24: arbiter.v1.ApplicableRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
+	(*GroupVersionKind)(nil),       // 26: arbiter.v1.GroupVersionKind
+	(Operation)(0),                 // 27: arbiter.v1.Operation
+	(Mode)(0),                      // 28: arbiter.v1.Mode
+	(*DecideRequest)(nil),          // 29: arbiter.v1.DecideRequest
+	(*DecideResponse)(nil),         // 30: arbiter.v1.DecideResponse
 }
 var file_arbiter_v1_query_proto_depIdxs = []int32{
-	0, // 0: arbiter.v1.StatusResponse.role:type_name -> arbiter.v1.Role
-	2, // 1: arbiter.v1.StatusResponse.followers:type_name -> arbiter.v1.FollowerStatus
-	1, // 2: arbiter.v1.QueryService.Status:input_type -> arbiter.v1.StatusRequest
-	3, // 3: arbiter.v1.QueryService.Status:output_type -> arbiter.v1.StatusResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	20, // 0: arbiter.v1.PolicyInfo.labels:type_name -> arbiter.v1.PolicyInfo.LabelsEntry
+	21, // 1: arbiter.v1.PolicyInfo.annotations:type_name -> arbiter.v1.PolicyInfo.AnnotationsEntry
+	1,  // 2: arbiter.v1.ListPoliciesResponse.policies:type_name -> arbiter.v1.PolicyInfo
+	1,  // 3: arbiter.v1.GetPolicyResponse.policy:type_name -> arbiter.v1.PolicyInfo
+	7,  // 4: arbiter.v1.GetPolicyResponse.exceptions:type_name -> arbiter.v1.ExceptionInfo
+	6,  // 5: arbiter.v1.ExceptionInfo.policies:type_name -> arbiter.v1.PolicyReference
+	25, // 6: arbiter.v1.ExceptionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 7: arbiter.v1.ExceptionInfo.properties:type_name -> arbiter.v1.ExceptionInfo.PropertiesEntry
+	23, // 8: arbiter.v1.ExceptionInfo.labels:type_name -> arbiter.v1.ExceptionInfo.LabelsEntry
+	25, // 9: arbiter.v1.ListExceptionsRequest.expiring_before:type_name -> google.protobuf.Timestamp
+	7,  // 10: arbiter.v1.ListExceptionsResponse.exceptions:type_name -> arbiter.v1.ExceptionInfo
+	26, // 11: arbiter.v1.ApplicableRequest.kind:type_name -> arbiter.v1.GroupVersionKind
+	24, // 12: arbiter.v1.ApplicableRequest.labels:type_name -> arbiter.v1.ApplicableRequest.LabelsEntry
+	27, // 13: arbiter.v1.ApplicableRequest.operation:type_name -> arbiter.v1.Operation
+	28, // 14: arbiter.v1.ApplicableRequest.mode:type_name -> arbiter.v1.Mode
+	7,  // 15: arbiter.v1.ApplicableException.exception:type_name -> arbiter.v1.ExceptionInfo
+	1,  // 16: arbiter.v1.ApplicablePolicy.policy:type_name -> arbiter.v1.PolicyInfo
+	11, // 17: arbiter.v1.ApplicablePolicy.exceptions:type_name -> arbiter.v1.ApplicableException
+	12, // 18: arbiter.v1.ApplicableResponse.policies:type_name -> arbiter.v1.ApplicablePolicy
+	29, // 19: arbiter.v1.ExplainRequest.request:type_name -> arbiter.v1.DecideRequest
+	30, // 20: arbiter.v1.ExplainResponse.decision:type_name -> arbiter.v1.DecideResponse
+	15, // 21: arbiter.v1.ExplainResponse.steps:type_name -> arbiter.v1.ExplainStep
+	0,  // 22: arbiter.v1.StatusResponse.role:type_name -> arbiter.v1.Role
+	18, // 23: arbiter.v1.StatusResponse.followers:type_name -> arbiter.v1.FollowerStatus
+	17, // 24: arbiter.v1.QueryService.Status:input_type -> arbiter.v1.StatusRequest
+	2,  // 25: arbiter.v1.QueryService.ListPolicies:input_type -> arbiter.v1.ListPoliciesRequest
+	4,  // 26: arbiter.v1.QueryService.GetPolicy:input_type -> arbiter.v1.GetPolicyRequest
+	8,  // 27: arbiter.v1.QueryService.ListExceptions:input_type -> arbiter.v1.ListExceptionsRequest
+	10, // 28: arbiter.v1.QueryService.Applicable:input_type -> arbiter.v1.ApplicableRequest
+	14, // 29: arbiter.v1.QueryService.Explain:input_type -> arbiter.v1.ExplainRequest
+	19, // 30: arbiter.v1.QueryService.Status:output_type -> arbiter.v1.StatusResponse
+	3,  // 31: arbiter.v1.QueryService.ListPolicies:output_type -> arbiter.v1.ListPoliciesResponse
+	5,  // 32: arbiter.v1.QueryService.GetPolicy:output_type -> arbiter.v1.GetPolicyResponse
+	9,  // 33: arbiter.v1.QueryService.ListExceptions:output_type -> arbiter.v1.ListExceptionsResponse
+	13, // 34: arbiter.v1.QueryService.Applicable:output_type -> arbiter.v1.ApplicableResponse
+	16, // 35: arbiter.v1.QueryService.Explain:output_type -> arbiter.v1.ExplainResponse
+	30, // [30:36] is the sub-list for method output_type
+	24, // [24:30] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_v1_query_proto_init() }
@@ -409,13 +1879,15 @@ func file_arbiter_v1_query_proto_init() {
 	if File_arbiter_v1_query_proto != nil {
 		return
 	}
+	file_arbiter_v1_decision_proto_init()
+	file_arbiter_v1_query_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_v1_query_proto_rawDesc), len(file_arbiter_v1_query_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,7 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	QueryService_Status_FullMethodName = "/arbiter.v1.QueryService/Status"
+	QueryService_Status_FullMethodName         = "/arbiter.v1.QueryService/Status"
+	QueryService_ListPolicies_FullMethodName   = "/arbiter.v1.QueryService/ListPolicies"
+	QueryService_GetPolicy_FullMethodName      = "/arbiter.v1.QueryService/GetPolicy"
+	QueryService_ListExceptions_FullMethodName = "/arbiter.v1.QueryService/ListExceptions"
+	QueryService_Applicable_FullMethodName     = "/arbiter.v1.QueryService/Applicable"
+	QueryService_Explain_FullMethodName        = "/arbiter.v1.QueryService/Explain"
 )
 
 // QueryServiceClient is the client API for QueryService service.
@@ -32,6 +37,21 @@ type QueryServiceClient interface {
 	// Status says what revision the replica is at, its role and, on a
 	// primary, how far each follower is.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// ListPolicies lists the policies, filtered.
+	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
+	// GetPolicy returns one policy with its manifest and exceptions.
+	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*GetPolicyResponse, error)
+	// ListExceptions lists the exceptions, filtered, each with the policies
+	// it references and whether they exist.
+	ListExceptions(ctx context.Context, in *ListExceptionsRequest, opts ...grpc.CallOption) (*ListExceptionsResponse, error)
+	// Applicable says which policies match an object (or a kind, namespace
+	// and labels) and which exceptions could apply, without evaluating
+	// validations.
+	Applicable(ctx context.Context, in *ApplicableRequest, opts ...grpc.CallOption) (*ApplicableResponse, error)
+	// Explain decides a request and says how: the value of every
+	// matchCondition, variable, validation and exception condition and
+	// control evaluated, in order, and the reason for each result.
+	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
 }
 
 type queryServiceClient struct {
@@ -52,6 +72,56 @@ func (c *queryServiceClient) Status(ctx context.Context, in *StatusRequest, opts
 	return out, nil
 }
 
+func (c *queryServiceClient) ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPoliciesResponse)
+	err := c.cc.Invoke(ctx, QueryService_ListPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*GetPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPolicyResponse)
+	err := c.cc.Invoke(ctx, QueryService_GetPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) ListExceptions(ctx context.Context, in *ListExceptionsRequest, opts ...grpc.CallOption) (*ListExceptionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListExceptionsResponse)
+	err := c.cc.Invoke(ctx, QueryService_ListExceptions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) Applicable(ctx context.Context, in *ApplicableRequest, opts ...grpc.CallOption) (*ApplicableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplicableResponse)
+	err := c.cc.Invoke(ctx, QueryService_Applicable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainResponse)
+	err := c.cc.Invoke(ctx, QueryService_Explain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QueryServiceServer is the server API for QueryService service.
 // All implementations must embed UnimplementedQueryServiceServer
 // for forward compatibility.
@@ -62,6 +132,21 @@ type QueryServiceServer interface {
 	// Status says what revision the replica is at, its role and, on a
 	// primary, how far each follower is.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// ListPolicies lists the policies, filtered.
+	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
+	// GetPolicy returns one policy with its manifest and exceptions.
+	GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error)
+	// ListExceptions lists the exceptions, filtered, each with the policies
+	// it references and whether they exist.
+	ListExceptions(context.Context, *ListExceptionsRequest) (*ListExceptionsResponse, error)
+	// Applicable says which policies match an object (or a kind, namespace
+	// and labels) and which exceptions could apply, without evaluating
+	// validations.
+	Applicable(context.Context, *ApplicableRequest) (*ApplicableResponse, error)
+	// Explain decides a request and says how: the value of every
+	// matchCondition, variable, validation and exception condition and
+	// control evaluated, in order, and the reason for each result.
+	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
 	mustEmbedUnimplementedQueryServiceServer()
 }
 
@@ -74,6 +159,21 @@ type UnimplementedQueryServiceServer struct{}
 
 func (UnimplementedQueryServiceServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedQueryServiceServer) ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPolicies not implemented")
+}
+func (UnimplementedQueryServiceServer) GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPolicy not implemented")
+}
+func (UnimplementedQueryServiceServer) ListExceptions(context.Context, *ListExceptionsRequest) (*ListExceptionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListExceptions not implemented")
+}
+func (UnimplementedQueryServiceServer) Applicable(context.Context, *ApplicableRequest) (*ApplicableResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Applicable not implemented")
+}
+func (UnimplementedQueryServiceServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
 }
 func (UnimplementedQueryServiceServer) mustEmbedUnimplementedQueryServiceServer() {}
 func (UnimplementedQueryServiceServer) testEmbeddedByValue()                      {}
@@ -114,6 +214,96 @@ func _QueryService_Status_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueryService_ListPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).ListPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_ListPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).ListPolicies(ctx, req.(*ListPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_GetPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).GetPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_GetPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).GetPolicy(ctx, req.(*GetPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_ListExceptions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListExceptionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).ListExceptions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_ListExceptions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).ListExceptions(ctx, req.(*ListExceptionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_Applicable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplicableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).Applicable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_Applicable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).Applicable(ctx, req.(*ApplicableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_Explain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).Explain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_Explain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).Explain(ctx, req.(*ExplainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // QueryService_ServiceDesc is the grpc.ServiceDesc for QueryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -124,6 +314,26 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _QueryService_Status_Handler,
+		},
+		{
+			MethodName: "ListPolicies",
+			Handler:    _QueryService_ListPolicies_Handler,
+		},
+		{
+			MethodName: "GetPolicy",
+			Handler:    _QueryService_GetPolicy_Handler,
+		},
+		{
+			MethodName: "ListExceptions",
+			Handler:    _QueryService_ListExceptions_Handler,
+		},
+		{
+			MethodName: "Applicable",
+			Handler:    _QueryService_Applicable_Handler,
+		},
+		{
+			MethodName: "Explain",
+			Handler:    _QueryService_Explain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	"github.com/arbiter-pdp/arbiter/server/authz"
+)
+
+// configAuthorizationKey is the config file section that is not a flag.
+const configAuthorizationKey = "authorization"
+
+// applyConfigFile reads a YAML config file whose keys are the command's
+// flag names, and sets every flag not given on the command line from it
+// (so flags override the file). Lists set repeatable flags. The
+// authorization section is returned.
+func applyConfigFile(cmd *cobra.Command, path string) (*authz.Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, exitWith(exitLoad, "--config: %v", err)
+	}
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, exitWith(exitLoad, "--config %s: %v", path, err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, exitWith(exitLoad, "--config %s: the file must be a map of flag names to values: %v", path, err)
+	}
+	keys := make([]string, 0, len(doc))
+	for k := range doc {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var az *authz.Config
+	for _, k := range keys {
+		v := doc[k]
+		if k == configAuthorizationKey {
+			az = &authz.Config{}
+			dec := json.NewDecoder(bytes.NewReader(v))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(az); err != nil {
+				return nil, exitWith(exitLoad, "--config %s: authorization: %v", path, err)
+			}
+			if err := az.Validate(); err != nil {
+				return nil, exitWith(exitLoad, "--config %s: %v", path, err)
+			}
+			continue
+		}
+		if k == "config" {
+			return nil, exitWith(exitLoad, "--config %s: config: a config file cannot name another", path)
+		}
+		fl := cmd.Flags().Lookup(k)
+		if fl == nil {
+			return nil, exitWith(exitLoad, "--config %s: unknown key %q (keys are the flags of %s, and authorization)", path, k, cmd.Name())
+		}
+		if fl.Changed {
+			continue // the command line wins
+		}
+		if err := setFlag(fl, v); err != nil {
+			return nil, exitWith(exitLoad, "--config %s: %s: %v", path, k, err)
+		}
+	}
+	return az, nil
+}
+
+func setFlag(fl *pflag.Flag, v json.RawMessage) error {
+	var val any
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.UseNumber()
+	if err := dec.Decode(&val); err != nil {
+		return err
+	}
+	if list, ok := val.([]any); ok {
+		sv, ok := fl.Value.(pflag.SliceValue)
+		if !ok {
+			return fmt.Errorf("takes one value, not a list")
+		}
+		items := make([]string, len(list))
+		for i, e := range list {
+			s, err := scalar(e)
+			if err != nil {
+				return err
+			}
+			items[i] = s
+		}
+		return sv.Replace(items)
+	}
+	s, err := scalar(val)
+	if err != nil {
+		return err
+	}
+	if sv, ok := fl.Value.(pflag.SliceValue); ok {
+		return sv.Replace([]string{s})
+	}
+	return fl.Value.Set(s)
+}
+
+func scalar(v any) (string, error) {
+	switch t := v.(type) {
+	case string:
+		return t, nil
+	case json.Number:
+		return t.String(), nil
+	case bool:
+		return strconv.FormatBool(t), nil
+	case nil:
+		return "", nil
+	}
+	return "", fmt.Errorf("%v is not a scalar value", v)
+}

@@ -1,0 +1,66 @@
+package decisionlog
+
+import "time"
+
+// Entry is one decision line.
+type Entry struct {
+	// DecisionID is the decision_id of the response.
+	DecisionID string    `json:"decisionId"`
+	Time       time.Time `json:"time"`
+	Revision   uint64    `json:"revision"`
+	Digest     string    `json:"digest"`
+	// Caller is the caller's identity (cn:..., uri:..., token:...,
+	// anonymous).
+	Caller  string  `json:"caller"`
+	Request Request `json:"request"`
+	Allowed bool    `json:"allowed"`
+	// DryRun marks a dry-run request (nothing was admitted).
+	DryRun bool `json:"dryRun,omitempty"`
+	// Message is the denial message.
+	Message  string   `json:"message,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	Results  []Result `json:"results"`
+	// Exceptions are the exceptions (namespace/name) granted and refused in
+	// this decision.
+	Exceptions Exceptions `json:"exceptions"`
+	// DurationSeconds is the time taken to decide.
+	DurationSeconds float64 `json:"durationSeconds"`
+	// Object and OldObject are the request's objects, masked (only when
+	// the log includes objects).
+	Object    map[string]any `json:"object,omitempty"`
+	OldObject map[string]any `json:"oldObject,omitempty"`
+}
+
+// Request summarizes the request.
+type Request struct {
+	APIVersion  string   `json:"apiVersion,omitempty"`
+	Kind        string   `json:"kind"`
+	Resource    string   `json:"resource,omitempty"`
+	SubResource string   `json:"subResource,omitempty"`
+	Namespace   string   `json:"namespace,omitempty"`
+	Name        string   `json:"name,omitempty"`
+	Operation   string   `json:"operation"`
+	User        string   `json:"user,omitempty"`
+	Groups      []string `json:"groups,omitempty"`
+	// Mode is admission or background.
+	Mode string `json:"mode,omitempty"`
+}
+
+// Result is one policy result.
+type Result struct {
+	Policy     string   `json:"policy"`
+	PolicyKind string   `json:"policyKind"`
+	Rule       string   `json:"rule,omitempty"`
+	Result     string   `json:"result"`
+	Message    string   `json:"message,omitempty"`
+	Actions    []string `json:"actions,omitempty"`
+	Exceptions []string `json:"exceptions,omitempty"`
+}
+
+// Exceptions are the exceptions granted and refused in a decision.
+type Exceptions struct {
+	Granted []string `json:"granted,omitempty"`
+	Refused []string `json:"refused,omitempty"`
+	// Expired are expired exceptions bound to a policy that applied.
+	Expired []string `json:"expired,omitempty"`
+}

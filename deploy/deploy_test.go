@@ -1,0 +1,926 @@
+// Package deploy_test checks the Kubernetes manifests under deploy/ (not
+// deploy/examples, which holds policies): every document decodes into the
+// Kubernetes API types in strict mode (an unknown or misspelt field, a
+// duplicate key or a wrong type fails), every file is part of the
+// kustomization, and the pieces fit together — selectors, ports, service
+// names, probes, the webhook configuration and its match conditions, the
+// certificate — and the workloads pass the Pod Security policies in
+// deploy/examples.
+package deploy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	serializerjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+)
+
+const (
+	examplesDir = "examples"
+	image       = "ghcr.io/arbiter-pdp/arbiter"
+)
+
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, rbacv1.AddToScheme,
+		admissionregistrationv1.AddToScheme, networkingv1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return s
+}()
+
+// strict decodes Kubernetes YAML into the typed API structs, refusing
+// unknown fields, duplicate keys and wrong types.
+var strict = serializerjson.NewSerializerWithOptions(serializerjson.DefaultMetaFactory, scheme, scheme,
+	serializerjson.SerializerOptions{Yaml: true, Strict: true})
+
+// doc is one YAML document of a file under deploy/.
+type doc struct {
+	file  string
+	index int
+	raw   []byte
+	gvk   schema.GroupVersionKind
+	obj   runtime.Object // Kubernetes types
+}
+
+func (d *doc) String() string { return fmt.Sprintf("%s#%d (%s)", d.file, d.index, d.gvk.Kind) }
+
+// kustomization is the part of kustomize's Kustomization and Component the
+// manifests use, decoded strictly: a field not listed here fails.
+type kustomization struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Namespace  string            `json:"namespace,omitempty"`
+	Labels     []kustomizeLabels `json:"labels,omitempty"`
+	Resources  []string          `json:"resources,omitempty"`
+	Components []string          `json:"components,omitempty"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName,omitempty"`
+		NewTag  string `json:"newTag,omitempty"`
+		Digest  string `json:"digest,omitempty"`
+	} `json:"images,omitempty"`
+	Patches []struct {
+		Path   string `json:"path,omitempty"`
+		Patch  string `json:"patch,omitempty"`
+		Target *struct {
+			Group   string `json:"group,omitempty"`
+			Version string `json:"version,omitempty"`
+			Kind    string `json:"kind,omitempty"`
+			Name    string `json:"name,omitempty"`
+		} `json:"target,omitempty"`
+	} `json:"patches,omitempty"`
+}
+
+type kustomizeLabels struct {
+	Pairs            map[string]string `json:"pairs"`
+	IncludeSelectors bool              `json:"includeSelectors,omitempty"`
+	IncludeTemplates bool              `json:"includeTemplates,omitempty"`
+}
+
+// cert-manager.io/v1 Issuer and Certificate, the fields the manifests use
+// (names and shapes as in cert-manager's API), decoded strictly.
+type certManagerObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		// Issuer
+		SelfSigned *struct{} `json:"selfSigned,omitempty"`
+		CA         *struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca,omitempty"`
+		// Certificate
+		IsCA        bool     `json:"isCA,omitempty"`
+		CommonName  string   `json:"commonName,omitempty"`
+		SecretName  string   `json:"secretName,omitempty"`
+		DNSNames    []string `json:"dnsNames,omitempty"`
+		Duration    string   `json:"duration,omitempty"`
+		RenewBefore string   `json:"renewBefore,omitempty"`
+		Usages      []string `json:"usages,omitempty"`
+		PrivateKey  *struct {
+			Algorithm      string `json:"algorithm,omitempty"`
+			Size           int    `json:"size,omitempty"`
+			RotationPolicy string `json:"rotationPolicy,omitempty"`
+		} `json:"privateKey,omitempty"`
+		IssuerRef *struct {
+			Name  string `json:"name"`
+			Kind  string `json:"kind,omitempty"`
+			Group string `json:"group,omitempty"`
+		} `json:"issuerRef,omitempty"`
+	} `json:"spec"`
+}
+
+// manifests is everything under deploy/ but examples/.
+type manifests struct {
+	docs           []*doc
+	kustomizations map[string]*kustomization // by file
+	certManager    []*certManagerObject
+}
+
+func splitYAML(b []byte) ([][]byte, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	var out [][]byte
+	for {
+		d, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var probe map[string]any
+		if err := yaml.Unmarshal(d, &probe); err != nil {
+			return nil, err
+		}
+		if len(probe) > 0 {
+			out = append(out, d)
+		}
+	}
+}
+
+// decodeDoc decodes one document by its apiVersion and kind, strictly.
+func (m *manifests) decodeDoc(file string, i int, raw []byte) error {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(raw, &tm); err != nil {
+		return err
+	}
+	switch {
+	case strings.HasPrefix(tm.APIVersion, "kustomize.config.k8s.io/"):
+		var k kustomization
+		if err := yaml.UnmarshalStrict(raw, &k); err != nil {
+			return err
+		}
+		if !(k.APIVersion == "kustomize.config.k8s.io/v1beta1" && k.Kind == "Kustomization" ||
+			k.APIVersion == "kustomize.config.k8s.io/v1alpha1" && k.Kind == "Component") {
+			return fmt.Errorf("unknown kustomize kind %s %s", k.APIVersion, k.Kind)
+		}
+		m.kustomizations[file] = &k
+		return nil
+	case tm.APIVersion == "cert-manager.io/v1":
+		var c certManagerObject
+		if err := yaml.UnmarshalStrict(raw, &c); err != nil {
+			return err
+		}
+		if c.Kind != "Issuer" && c.Kind != "Certificate" {
+			return fmt.Errorf("unexpected cert-manager kind %s", c.Kind)
+		}
+		m.certManager = append(m.certManager, &c)
+		return nil
+	}
+	obj, gvk, err := strict.Decode(raw, nil, nil)
+	if err != nil {
+		return err
+	}
+	m.docs = append(m.docs, &doc{file: file, index: i, raw: raw, gvk: *gvk, obj: obj})
+	return nil
+}
+
+func loadManifests(t *testing.T) *manifests {
+	t.Helper()
+	m := &manifests{kustomizations: map[string]*kustomization{}}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path == examplesDir {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		docs, err := splitYAML(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if len(docs) == 0 {
+			return fmt.Errorf("%s: no document", path)
+		}
+		for i, raw := range docs {
+			if err := m.decodeDoc(path, i, raw); err != nil {
+				return fmt.Errorf("%s, document %d: %w", path, i, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.docs) == 0 || len(m.kustomizations) == 0 {
+		t.Fatal("no manifests found")
+	}
+	return m
+}
+
+func all[T runtime.Object](m *manifests) []T {
+	var out []T
+	for _, d := range m.docs {
+		if o, ok := d.obj.(T); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// TestManifestsDecodeStrictly decodes every manifest, and shows that a typo
+// in any of them would fail.
+func TestManifestsDecodeStrictly(t *testing.T) {
+	m := loadManifests(t)
+	kinds := map[string]int{}
+	for _, d := range m.docs {
+		kinds[d.gvk.Kind]++
+		// Every object names itself and its namespace (the kustomization
+		// sets it too, but the files are applied alone as well).
+		acc, err := metaAccessor(d.obj)
+		if err != nil || acc.GetName() == "" {
+			t.Errorf("%s: no name", d)
+		}
+	}
+	for _, k := range []string{"Namespace", "ServiceAccount", "Service", "StatefulSet", "Deployment", "PodDisruptionBudget", "ValidatingWebhookConfiguration"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s under deploy/", k)
+		}
+	}
+	// The decoder is strict: a misspelt field, a duplicate key and a wrong
+	// type each fail.
+	var sts *doc
+	for _, d := range m.docs {
+		if d.gvk.Kind == "StatefulSet" {
+			sts = d
+		}
+	}
+	for name, mutate := range map[string]func([]byte) []byte{
+		"misspelt field": func(b []byte) []byte { return bytes.Replace(b, []byte("  replicas:"), []byte("  replica:"), 1) },
+		"duplicate key": func(b []byte) []byte {
+			return bytes.Replace(b, []byte("  replicas: 1\n"), []byte("  replicas: 1\n  replicas: 2\n"), 1)
+		},
+		"wrong type": func(b []byte) []byte {
+			return bytes.Replace(b, []byte("  replicas: 1\n"), []byte("  replicas: one\n"), 1)
+		},
+	} {
+		bad := mutate(sts.raw)
+		if bytes.Equal(bad, sts.raw) {
+			t.Fatalf("%s: the mutation did not apply", name)
+		}
+		if _, _, err := strict.Decode(bad, nil, nil); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+	if err := yaml.UnmarshalStrict([]byte("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresource: [a.yaml]\n"), &kustomization{}); err == nil {
+		t.Error("a misspelt kustomization field decoded without error")
+	}
+}
+
+func metaAccessor(o runtime.Object) (metav1.Object, error) {
+	if a, ok := o.(metav1.Object); ok {
+		return a, nil
+	}
+	return nil, fmt.Errorf("%T has no metadata", o)
+}
+
+// TestKustomization: every manifest is in exactly one kustomization, every
+// path a kustomization names exists, and every patch decodes strictly and
+// targets an object that exists.
+func TestKustomization(t *testing.T) {
+	m := loadManifests(t)
+	root, ok := m.kustomizations["kustomization.yaml"]
+	if !ok || root.Kind != "Kustomization" || root.Namespace != "arbiter" {
+		t.Fatalf("deploy/kustomization.yaml: %+v", root)
+	}
+	listed := map[string]int{}
+	for file, k := range m.kustomizations {
+		dir := filepath.Dir(file)
+		for _, r := range k.Resources {
+			p := filepath.Join(dir, r)
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("%s: resource %s: %v", file, r, err)
+			}
+			listed[p]++
+		}
+		for _, c := range k.Components {
+			p := filepath.Join(dir, c, "kustomization.yaml")
+			if ck, ok := m.kustomizations[p]; !ok || ck.Kind != "Component" {
+				t.Errorf("%s: component %s is not a kustomize Component", file, c)
+			}
+		}
+		for i, p := range k.Patches {
+			if p.Patch == "" || p.Target == nil {
+				t.Errorf("%s: patch %d: want an inline patch with a target", file, i)
+				continue
+			}
+			obj, gvk, err := strict.Decode([]byte(p.Patch), nil, nil)
+			if err != nil {
+				t.Errorf("%s: patch %d: %v", file, i, err)
+				continue
+			}
+			acc, _ := metaAccessor(obj)
+			if gvk.Kind != p.Target.Kind || gvk.Group != p.Target.Group || acc.GetName() != p.Target.Name || find(m, gvk.Kind, acc.GetName()) == nil {
+				t.Errorf("%s: patch %d targets %s %s, which is not among the manifests", file, i, p.Target.Kind, p.Target.Name)
+			}
+		}
+		for _, img := range k.Images {
+			if img.Name != image || img.NewTag == "" && img.Digest == "" {
+				t.Errorf("%s: image %+v", file, img)
+			}
+		}
+	}
+	files := map[string]bool{}
+	for _, d := range m.docs {
+		files[d.file] = true
+	}
+	_ = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if d.IsDir() && path == examplesDir {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".yaml") && m.kustomizations[path] == nil {
+			files[path] = true
+		}
+		return nil
+	})
+	for f := range files {
+		if listed[f] != 1 {
+			t.Errorf("%s is listed in %d kustomizations, want 1", f, listed[f])
+		}
+	}
+}
+
+func find(m *manifests, kind, name string) runtime.Object {
+	for _, d := range m.docs {
+		if acc, err := metaAccessor(d.obj); err == nil && d.gvk.Kind == kind && acc.GetName() == name {
+			return d.obj
+		}
+	}
+	return nil
+}
+
+// workload is a Deployment or StatefulSet.
+type workload struct {
+	kind, name, namespace string
+	replicas              int32
+	selector              *metav1.LabelSelector
+	pod                   *corev1.PodTemplateSpec
+}
+
+func workloads(m *manifests) []workload {
+	var out []workload
+	for _, d := range all[*appsv1.Deployment](m) {
+		out = append(out, workload{"Deployment", d.Name, d.Namespace, *d.Spec.Replicas, d.Spec.Selector, &d.Spec.Template})
+	}
+	for _, s := range all[*appsv1.StatefulSet](m) {
+		out = append(out, workload{"StatefulSet", s.Name, s.Namespace, *s.Spec.Replicas, s.Spec.Selector, &s.Spec.Template})
+	}
+	return out
+}
+
+func arg(c *corev1.Container, flag string) string {
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestWorkloads: replicas, selectors, service accounts, images, resources,
+// security contexts and probes of every Deployment and StatefulSet.
+func TestWorkloads(t *testing.T) {
+	m := loadManifests(t)
+	ws := workloads(m)
+	if len(ws) != 3 {
+		t.Fatalf("%d workloads, want the primary, the followers and the shim", len(ws))
+	}
+	for _, w := range ws {
+		name := w.kind + " " + w.name
+		sel, err := metav1.LabelSelectorAsSelector(w.selector)
+		if err != nil || !sel.Matches(labels.Set(w.pod.Labels)) {
+			t.Errorf("%s: selector %v does not match its pod labels %v", name, w.selector, w.pod.Labels)
+		}
+		spec := &w.pod.Spec
+		if sa := find(m, "ServiceAccount", spec.ServiceAccountName); sa == nil {
+			t.Errorf("%s: service account %q is not among the manifests", name, spec.ServiceAccountName)
+		}
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: mounts a service account token it does not use", name)
+		}
+		if psc := spec.SecurityContext; psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil {
+			t.Errorf("%s: pod security context %+v", name, psc)
+		}
+		for _, c := range spec.Containers {
+			cname := name + " container " + c.Name
+			if c.Image != image {
+				t.Errorf("%s: image %q, want %q (the tag is the kustomization's)", cname, c.Image, image)
+			}
+			req, lim := c.Resources.Requests, c.Resources.Limits
+			if req.Cpu().IsZero() || req.Memory().IsZero() || lim.Memory().IsZero() || lim.Cpu().IsZero() {
+				t.Errorf("%s: resources %+v: want cpu and memory requests and limits", cname, c.Resources)
+			}
+			sc := c.SecurityContext
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil ||
+				!*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+				t.Errorf("%s: security context %+v", cname, sc)
+			}
+			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+				t.Errorf("%s: want readiness and liveness probes", cname)
+				continue
+			}
+			switch c.Args[0] {
+			case "serve":
+				// Ready: gRPC health of the decision service, on the serving port.
+				for _, p := range []*corev1.Probe{c.ReadinessProbe, c.StartupProbe} {
+					if p == nil || p.GRPC == nil || p.GRPC.Service == nil || *p.GRPC.Service != "arbiter.v1.DecisionService" ||
+						!hasPort(&c, p.GRPC.Port) || !strings.HasSuffix(arg(&c, "--listen"), fmt.Sprintf(":%d", p.GRPC.Port)) {
+						t.Errorf("%s: want grpc readiness and startup probes on the listen port: %+v", cname, p)
+					}
+				}
+				if arg(&c, "--data") == "" || !mounted(&c, arg(&c, "--data")) {
+					t.Errorf("%s: --data %q is not a mounted volume", cname, arg(&c, "--data"))
+				}
+			case "webhook":
+				r, l := c.ReadinessProbe.HTTPGet, c.LivenessProbe.HTTPGet
+				if r == nil || r.Path != "/readyz" || r.Scheme != corev1.URISchemeHTTPS || l == nil || l.Path != "/healthz" || l.Scheme != corev1.URISchemeHTTPS {
+					t.Errorf("%s: want HTTPS /readyz and /healthz probes", cname)
+				}
+				dir := filepath.Dir(arg(&c, "--cert"))
+				if !mounted(&c, dir) || filepath.Dir(arg(&c, "--key")) != dir {
+					t.Errorf("%s: --cert and --key are not on a mounted volume", cname)
+				}
+			default:
+				t.Errorf("%s: unknown command %v", cname, c.Args)
+			}
+		}
+	}
+}
+
+func hasPort(c *corev1.Container, port int32) bool {
+	for _, p := range c.Ports {
+		if p.ContainerPort == port {
+			return true
+		}
+	}
+	return false
+}
+
+func mounted(c *corev1.Container, path string) bool {
+	for _, v := range c.VolumeMounts {
+		if v.MountPath == path {
+			return true
+		}
+	}
+	return false
+}
+
+func portByName(w workload, name string) (int32, bool) {
+	for _, c := range w.pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == name {
+				return p.ContainerPort, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// serviceFor returns the workload a Service selects (exactly one).
+func serviceFor(t *testing.T, m *manifests, svc *corev1.Service) workload {
+	t.Helper()
+	var found []workload
+	for _, w := range workloads(m) {
+		if w.namespace == svc.Namespace && labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(w.pod.Labels)) {
+			found = append(found, w)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("Service %s selects %d workloads, want 1", svc.Name, len(found))
+	}
+	return found[0]
+}
+
+// TestServicesAndBudgets: each Service selects one workload and its target
+// ports exist; each PodDisruptionBudget selects a workload of two or more
+// replicas and lets one go; the addresses in the arguments name Services
+// and ports that exist.
+func TestServicesAndBudgets(t *testing.T) {
+	m := loadManifests(t)
+	svcs := map[string]*corev1.Service{}
+	for _, svc := range all[*corev1.Service](m) {
+		svcs[svc.Name] = svc
+		w := serviceFor(t, m, svc)
+		for _, p := range svc.Spec.Ports {
+			if _, ok := portByName(w, p.TargetPort.StrVal); !ok {
+				t.Errorf("Service %s: target port %v is not a port of %s %s", svc.Name, p.TargetPort, w.kind, w.name)
+			}
+		}
+	}
+	budgeted := map[string]bool{}
+	for _, pdb := range all[*policyv1.PodDisruptionBudget](m) {
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, w := range workloads(m) {
+			if !sel.Matches(labels.Set(w.pod.Labels)) {
+				continue
+			}
+			n++
+			budgeted[w.name] = true
+			if w.replicas < 2 {
+				t.Errorf("PDB %s covers %s %s of %d replica(s)", pdb.Name, w.kind, w.name, w.replicas)
+			}
+			if mu := pdb.Spec.MaxUnavailable; mu != nil && mu.IntValue() < 1 ||
+				pdb.Spec.MinAvailable != nil && pdb.Spec.MinAvailable.IntValue() >= int(w.replicas) {
+				t.Errorf("PDB %s allows no disruption of %s (it would block node drains)", pdb.Name, w.name)
+			}
+		}
+		if n != 1 {
+			t.Errorf("PDB %s selects %d workloads, want 1", pdb.Name, n)
+		}
+	}
+	for _, w := range workloads(m) {
+		if w.replicas >= 2 && !budgeted[w.name] {
+			t.Errorf("%s %s (%d replicas) has no PodDisruptionBudget", w.kind, w.name, w.replicas)
+		}
+	}
+	// --follow and --server name a Service of this namespace and its port.
+	for _, w := range workloads(m) {
+		c := &w.pod.Spec.Containers[0]
+		for _, flag := range []string{"--follow", "--server"} {
+			addr := strings.TrimPrefix(arg(c, flag), "dns:///")
+			if addr == "" {
+				continue
+			}
+			host, port, _ := strings.Cut(addr, ":")
+			name, ns, _ := strings.Cut(strings.TrimSuffix(host, ".svc"), ".")
+			svc := svcs[name]
+			if svc == nil || ns != svc.Namespace || fmt.Sprint(svc.Spec.Ports[0].Port) != port {
+				t.Errorf("%s: %s %s is not a Service port among the manifests", w.name, flag, arg(c, flag))
+				continue
+			}
+			target := serviceFor(t, m, svc)
+			switch flag {
+			case "--follow":
+				if !strings.Contains(strings.Join(target.pod.Spec.Containers[0].Args, " "), "serve") || arg(&target.pod.Spec.Containers[0], "--follow") != "" {
+					t.Errorf("%s follows %s, which is not a primary", w.name, target.name)
+				}
+			case "--server":
+				if svc.Spec.ClusterIP != corev1.ClusterIPNone || !strings.HasPrefix(arg(c, flag), "dns:///") {
+					t.Errorf("%s: --server should be a headless Service resolved with dns:/// (round robin over replicas)", w.name)
+				}
+			}
+		}
+	}
+}
+
+// TestWebhookConfiguration: the ValidatingWebhookConfiguration calls the
+// shim's Service on /validate with v1 reviews, no side effects, Fail, a
+// timeout above the shim's own deadline, and leaves out the shim's own
+// namespace.
+func TestWebhookConfiguration(t *testing.T) {
+	m := loadManifests(t)
+	vwcs := all[*admissionregistrationv1.ValidatingWebhookConfiguration](m)
+	if len(vwcs) != 1 || len(vwcs[0].Webhooks) != 1 {
+		t.Fatalf("want one ValidatingWebhookConfiguration with one webhook")
+	}
+	wh := vwcs[0].Webhooks[0]
+	if !slices.Equal(wh.AdmissionReviewVersions, []string{"v1"}) {
+		t.Errorf("admissionReviewVersions %v", wh.AdmissionReviewVersions)
+	}
+	if wh.SideEffects == nil || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone {
+		t.Errorf("sideEffects %v, want None (so server-side dry runs reach the webhook)", wh.SideEffects)
+	}
+	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("failurePolicy %v", wh.FailurePolicy)
+	}
+	if wh.TimeoutSeconds == nil || *wh.TimeoutSeconds != 10 {
+		t.Errorf("timeoutSeconds %v, want 10", wh.TimeoutSeconds)
+	}
+	ref := wh.ClientConfig.Service
+	if ref == nil || ref.Path == nil || *ref.Path != "/validate" || wh.ClientConfig.URL != nil {
+		t.Fatalf("clientConfig %+v: want the shim's Service, path /validate", wh.ClientConfig)
+	}
+	svc, ok := find(m, "Service", ref.Name).(*corev1.Service)
+	if !ok || svc.Namespace != ref.Namespace || ref.Port == nil || svc.Spec.Ports[0].Port != *ref.Port {
+		t.Fatalf("clientConfig.service %s/%s:%v is not a Service port among the manifests", ref.Namespace, ref.Name, ref.Port)
+	}
+	shim := serviceFor(t, m, svc)
+	c := &shim.pod.Spec.Containers[0]
+	if c.Args[0] != "webhook" {
+		t.Fatalf("the webhook Service selects %s, not the shim", shim.name)
+	}
+	timeout, err := time.ParseDuration(arg(c, "--timeout"))
+	if err != nil || timeout >= time.Duration(*wh.TimeoutSeconds)*time.Second {
+		t.Errorf("the shim's --timeout %s must be below timeoutSeconds %d", arg(c, "--timeout"), *wh.TimeoutSeconds)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(wh.NamespaceSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ns, want := range map[string]bool{ref.Namespace: false, "kube-system": false, "default": true, "team-a": true} {
+		if got := sel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}); got != want {
+			t.Errorf("namespaceSelector on namespace %s: %v, want %v", ns, got, want)
+		}
+	}
+	if len(wh.MatchConditions) == 0 {
+		t.Error("no matchConditions")
+	}
+}
+
+// TestWebhookMatchConditions evaluates the webhook's namespaceSelector and
+// matchConditions with the engine's Kubernetes CEL environment on requests
+// as the API server sees them: they compile, never error (an error would
+// apply failurePolicy), and cut exactly the intended traffic.
+func TestWebhookMatchConditions(t *testing.T) {
+	m := loadManifests(t)
+	wh := all[*admissionregistrationv1.ValidatingWebhookConfiguration](m)[0].Webhooks[0]
+	var conds []any
+	for _, c := range wh.MatchConditions {
+		conds = append(conds, map[string]any{"name": c.Name, "expression": c.Expression})
+	}
+	var exprs []any
+	for _, e := range wh.NamespaceSelector.MatchExpressions {
+		vals := make([]any, len(e.Values))
+		for i, v := range e.Values {
+			vals[i] = v
+		}
+		exprs = append(exprs, map[string]any{"key": e.Key, "operator": string(e.Operator), "values": vals})
+	}
+	var ops, res []any
+	for _, o := range wh.Rules[0].Operations {
+		ops = append(ops, string(o))
+	}
+	for _, r := range wh.Rules[0].Resources {
+		res = append(res, r)
+	}
+	policy := engine.NewObject("webhook", map[string]any{
+		"apiVersion": "policies.kyverno.io/v1",
+		"kind":       "ValidatingPolicy",
+		"metadata":   map[string]any{"name": "sent-to-webhook"},
+		"spec": map[string]any{
+			"validationActions": []any{"Deny"},
+			"matchConstraints": map[string]any{
+				"resourceRules":     []any{map[string]any{"apiGroups": []any{"*"}, "apiVersions": []any{"*"}, "operations": ops, "resources": res}},
+				"namespaceSelector": map[string]any{"matchExpressions": exprs},
+			},
+			"matchConditions": conds,
+			"validations":     []any{map[string]any{"expression": "false", "message": "sent"}},
+		},
+	})
+	ps, err := engine.Compile([]*engine.Object{policy}, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := func(apiVersion, kind, ns, name string) map[string]any {
+		md := map[string]any{"name": name}
+		if ns != "" {
+			md["namespace"] = ns
+		}
+		return map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": md}
+	}
+	namespace := func(name string) map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{
+			"name": name, "labels": map[string]any{"kubernetes.io/metadata.name": name}}}
+	}
+	kubelet := engine.UserInfo{Username: "system:node:worker-1", Groups: []string{"system:nodes"}}
+	alice := engine.UserInfo{Username: "alice@example.com", Groups: []string{"system:authenticated"}}
+	controller := engine.UserInfo{Username: "system:serviceaccount:kube-system:statefulset-controller"}
+	gvr := func(g, v, r string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: g, Version: v, Resource: r}
+	}
+	for _, tc := range []struct {
+		name string
+		sent bool
+		req  engine.Request
+	}{
+		{"pod create", true, engine.Request{Operation: "CREATE", Object: obj("v1", "Pod", "team-a", "web"), UserInfo: alice}},
+		{"deployment create", true, engine.Request{Operation: "CREATE", Object: obj("apps/v1", "Deployment", "team-a", "web"), UserInfo: alice}},
+		{"configmap delete", true, engine.Request{Operation: "DELETE", OldObject: obj("v1", "ConfigMap", "team-a", "c"), UserInfo: alice}},
+		{"pod exec", true, engine.Request{Operation: "CONNECT", Object: obj("v1", "PodExecOptions", "", ""), Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodExecOptions"},
+			Resource: gvr("", "v1", "pods"), SubResource: "exec", Name: "web", Namespace: "team-a", UserInfo: alice}},
+		{"pod status by a controller", true, engine.Request{Operation: "UPDATE", Object: obj("v1", "Pod", "team-a", "web"), OldObject: obj("v1", "Pod", "team-a", "web"),
+			SubResource: "status", UserInfo: controller}},
+		{"namespace create", true, engine.Request{Operation: "CREATE", Object: namespace("team-b"), UserInfo: alice}},
+		{"node lease", false, engine.Request{Operation: "UPDATE", Object: obj("coordination.k8s.io/v1", "Lease", "kube-node-lease", "worker-1"),
+			OldObject: obj("coordination.k8s.io/v1", "Lease", "kube-node-lease", "worker-1"), Resource: gvr("coordination.k8s.io", "v1", "leases"), UserInfo: kubelet}},
+		{"leader election lease", false, engine.Request{Operation: "UPDATE", Object: obj("coordination.k8s.io/v1", "Lease", "team-a", "operator-lock"),
+			OldObject: obj("coordination.k8s.io/v1", "Lease", "team-a", "operator-lock"), Resource: gvr("coordination.k8s.io", "v1", "leases"), UserInfo: controller}},
+		{"core event", false, engine.Request{Operation: "CREATE", Object: obj("v1", "Event", "team-a", "web.17f"), Resource: gvr("", "v1", "events"), UserInfo: kubelet}},
+		{"events.k8s.io event", false, engine.Request{Operation: "CREATE", Object: obj("events.k8s.io/v1", "Event", "team-a", "web.17f"), Resource: gvr("events.k8s.io", "v1", "events"), UserInfo: controller}},
+		{"token review", false, engine.Request{Operation: "CREATE", Object: obj("authentication.k8s.io/v1", "TokenReview", "", ""), Resource: gvr("authentication.k8s.io", "v1", "tokenreviews"), UserInfo: controller}},
+		{"subject access review", false, engine.Request{Operation: "CREATE", Object: obj("authorization.k8s.io/v1", "SubjectAccessReview", "", ""), Resource: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), UserInfo: controller}},
+		{"pod status by the kubelet", false, engine.Request{Operation: "UPDATE", Object: obj("v1", "Pod", "team-a", "web"), OldObject: obj("v1", "Pod", "team-a", "web"),
+			SubResource: "status", UserInfo: kubelet}},
+		{"node status by the kubelet", false, engine.Request{Operation: "UPDATE", Object: obj("v1", "Node", "", "worker-1"), OldObject: obj("v1", "Node", "", "worker-1"),
+			SubResource: "status", UserInfo: kubelet}},
+		{"pod in arbiter's namespace", false, engine.Request{Operation: "CREATE", Object: obj("v1", "Pod", "arbiter", "x"), UserInfo: alice}},
+		{"pod in kube-system", false, engine.Request{Operation: "CREATE", Object: obj("v1", "Pod", "kube-system", "coredns-x"), UserInfo: controller}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.req
+			req.Fill()
+			if req.Namespace != "" {
+				req.NamespaceObject = namespace(req.Namespace)
+			} else if req.Kind.Kind == "Namespace" {
+				req.NamespaceObject = req.Object
+			}
+			d := ps.Evaluate(context.Background(), &req)
+			sent := false
+			for _, r := range d.Results {
+				switch r.Result {
+				case "fail":
+					sent = true
+				case "error":
+					t.Fatalf("the conditions error (failurePolicy would apply): %s", r.Message)
+				}
+			}
+			if sent != tc.sent {
+				t.Fatalf("sent to the webhook: %v, want %v (%+v)", sent, tc.sent, d.Results)
+			}
+		})
+	}
+}
+
+// TestWorkloadsPassPodSecurity: Arbiter's own pods pass the restricted Pod
+// Security policies it ships (deploy/examples/pod-security), through the
+// engine's autogen rules for Deployments and StatefulSets.
+func TestWorkloadsPassPodSecurity(t *testing.T) {
+	docs, err := manifest.ReadPaths(nil, filepath.Join(examplesDir, "pod-security"), "primary.yaml", "followers.yaml", "webhook.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := engine.FromDocuments(docs)
+	var policies, resources []*engine.Object
+	for _, o := range objs {
+		switch o.Kind {
+		case "Deployment", "StatefulSet":
+			resources = append(resources, o)
+		case "ValidatingPolicy":
+			policies = append(policies, o)
+		}
+	}
+	ps, err := engine.Compile(policies, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(policies) != 16 || len(resources) != 3 {
+		t.Fatalf("%d policies, %d workloads", len(policies), len(resources))
+	}
+	for _, o := range resources {
+		req := &engine.Request{Object: o.Content}
+		req.Fill()
+		d := ps.Evaluate(context.Background(), req)
+		if !d.Allowed || len(d.Results) != 16 {
+			t.Errorf("%s %s: allowed=%v, %d results: %s", o.Kind, o.Name, d.Allowed, len(d.Results), d.Message)
+		}
+		for _, r := range d.Results {
+			if r.Result != "pass" {
+				t.Errorf("%s %s: %s: %s %s", o.Kind, o.Name, r.Policy, r.Result, r.Message)
+			}
+		}
+	}
+}
+
+// TestCertManager: the webhook certificate is issued for the shim's Service
+// name into the Secret the shim mounts, by an issuer that exists, and its
+// CA is what cert-manager injects into the webhook configuration.
+func TestCertManager(t *testing.T) {
+	m := loadManifests(t)
+	issuers := map[string]*certManagerObject{}
+	certs := map[string]*certManagerObject{}
+	for _, c := range m.certManager {
+		switch c.Kind {
+		case "Issuer":
+			issuers[c.Metadata.Name] = c
+		case "Certificate":
+			certs[c.Metadata.Name] = c
+			if _, err := time.ParseDuration(c.Spec.Duration); err != nil {
+				t.Errorf("Certificate %s: duration: %v", c.Metadata.Name, err)
+			}
+			if _, err := time.ParseDuration(c.Spec.RenewBefore); err != nil {
+				t.Errorf("Certificate %s: renewBefore: %v", c.Metadata.Name, err)
+			}
+		}
+	}
+	for _, c := range certs {
+		if ref := c.Spec.IssuerRef; ref == nil || issuers[ref.Name] == nil {
+			t.Errorf("Certificate %s: issuer %+v is not among the manifests", c.Metadata.Name, c.Spec.IssuerRef)
+		}
+	}
+	// The injected CA: the annotation the component patches in.
+	var inject string
+	for _, k := range m.kustomizations {
+		for _, p := range k.Patches {
+			obj, _, err := strict.Decode([]byte(p.Patch), nil, nil)
+			if err != nil {
+				continue
+			}
+			if vwc, ok := obj.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok {
+				inject = vwc.Annotations["cert-manager.io/inject-ca-from"]
+			}
+		}
+	}
+	ns, name, _ := strings.Cut(inject, "/")
+	cert := certs[name]
+	if cert == nil || cert.Metadata.Namespace != ns {
+		t.Fatalf("cert-manager.io/inject-ca-from %q names no Certificate", inject)
+	}
+	vwc := all[*admissionregistrationv1.ValidatingWebhookConfiguration](m)[0]
+	ref := vwc.Webhooks[0].ClientConfig.Service
+	if want := ref.Name + "." + ref.Namespace + ".svc"; !slices.Contains(cert.Spec.DNSNames, want) {
+		t.Errorf("Certificate %s: dnsNames %v lack %s, the name the API server dials", name, cert.Spec.DNSNames, want)
+	}
+	shim := serviceFor(t, m, find(m, "Service", ref.Name).(*corev1.Service))
+	secret := ""
+	for _, v := range shim.pod.Spec.Volumes {
+		if v.Secret != nil {
+			secret = v.Secret.SecretName
+		}
+	}
+	if secret == "" || secret != cert.Spec.SecretName {
+		t.Errorf("the shim mounts Secret %q; the Certificate writes %q", secret, cert.Spec.SecretName)
+	}
+}
+
+// TestKustomizeBuild builds deploy/ with `kubectl kustomize` when kubectl
+// is installed, and decodes its output strictly: every namespaced object
+// lands in the arbiter namespace and the image gets its tag.
+func TestKustomizeBuild(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not installed")
+	}
+	out, err := exec.Command(kubectl, "kustomize", ".").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("kubectl kustomize: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	docs, err := splitYAML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &manifests{kustomizations: map[string]*kustomization{}}
+	for i, raw := range docs {
+		if err := m.decodeDoc("kustomize build", i, raw); err != nil {
+			t.Fatalf("document %d: %v\n%s", i, err, raw)
+		}
+	}
+	if len(m.docs) < 12 || len(m.certManager) != 4 {
+		t.Fatalf("%d Kubernetes and %d cert-manager objects", len(m.docs), len(m.certManager))
+	}
+	for _, d := range m.docs {
+		acc, _ := metaAccessor(d.obj)
+		clusterScoped := d.gvk.Kind == "Namespace" || d.gvk.Kind == "ValidatingWebhookConfiguration"
+		if !clusterScoped && acc.GetNamespace() != "arbiter" {
+			t.Errorf("%s %s: namespace %q", d.gvk.Kind, acc.GetName(), acc.GetNamespace())
+		}
+		if acc.GetLabels()["app.kubernetes.io/part-of"] != "arbiter" {
+			t.Errorf("%s %s: labels %v", d.gvk.Kind, acc.GetName(), acc.GetLabels())
+		}
+	}
+	for _, w := range workloads(m) {
+		if img := w.pod.Spec.Containers[0].Image; !strings.HasPrefix(img, image+":") {
+			t.Errorf("%s: image %q has no tag", w.name, img)
+		}
+	}
+	vwc := all[*admissionregistrationv1.ValidatingWebhookConfiguration](m)
+	if len(vwc) != 1 || vwc[0].Annotations["cert-manager.io/inject-ca-from"] == "" {
+		t.Errorf("the built ValidatingWebhookConfiguration lacks the CA injection annotation")
+	}
+}

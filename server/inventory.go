@@ -1,0 +1,235 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/store"
+)
+
+// ListPolicies implements QueryService.ListPolicies.
+func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesRequest) (*arbiterv1.ListPoliciesResponse, error) {
+	snap := s.snap.Load()
+	var sel labels.Selector
+	if in.GetLabelSelector() != "" {
+		var err error
+		if sel, err = labels.Parse(in.GetLabelSelector()); err != nil {
+			return nil, toStatus(&FieldError{Field: "label_selector", Detail: err.Error()})
+		}
+	}
+	resp := &arbiterv1.ListPoliciesResponse{Revision: snap.Revision, Digest: snap.Digest, Policies: []*arbiterv1.PolicyInfo{}}
+	for _, p := range snap.Set.Policies() {
+		if in.GetKind() != "" && p.Kind != in.GetKind() || in.GetNamespace() != "" && p.Namespace != in.GetNamespace() {
+			continue
+		}
+		if in.GetAction() != "" && !hasAction(p, in.GetAction()) {
+			continue
+		}
+		if sel != nil && !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		resp.Policies = append(resp.Policies, s.policyInfo(snap, p, !in.GetWithoutManifests()))
+	}
+	return resp, nil
+}
+
+func hasAction(p *engine.Policy, action string) bool {
+	for _, a := range p.Actions {
+		if string(a) == action {
+			return true
+		}
+	}
+	return false
+}
+
+// GetPolicy implements QueryService.GetPolicy.
+func (s *Server) GetPolicy(ctx context.Context, in *arbiterv1.GetPolicyRequest) (*arbiterv1.GetPolicyResponse, error) {
+	snap := s.snap.Load()
+	kind := in.GetKind()
+	if kind == "" {
+		kind = engine.KindValidatingPolicy
+	}
+	for _, p := range snap.Set.Policies() {
+		if p.Kind == kind && p.Name == in.GetName() && (kind != engine.KindNamespacedValidatingPolicy || p.Namespace == in.GetNamespace()) {
+			resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.policyInfo(snap, p, true)}
+			for _, ex := range snap.Set.ExceptionsFor(p) {
+				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
+			}
+			return resp, nil
+		}
+	}
+	return nil, toStatus(&NotFoundError{What: kind + " " + qualified(in.GetNamespace(), in.GetName())})
+}
+
+// NotFoundError is a query for something the revision does not have.
+type NotFoundError struct{ What string }
+
+func (e *NotFoundError) Error() string { return e.What + " not found" }
+
+func qualified(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+// ListExceptions implements QueryService.ListExceptions.
+func (s *Server) ListExceptions(ctx context.Context, in *arbiterv1.ListExceptionsRequest) (*arbiterv1.ListExceptionsResponse, error) {
+	snap := s.snap.Load()
+	now := time.Now()
+	resp := &arbiterv1.ListExceptionsResponse{Revision: snap.Revision, Digest: snap.Digest, Exceptions: []*arbiterv1.ExceptionInfo{}}
+	for _, ex := range snap.Set.Exceptions() {
+		if in.GetNamespace() != "" && ex.Namespace != in.GetNamespace() {
+			continue
+		}
+		if in.GetPolicy() != "" {
+			found := false
+			for _, r := range ex.Spec.PolicyRefs {
+				if r.Name == in.GetPolicy() && (in.GetPolicyKind() == "" || r.Kind == in.GetPolicyKind()) {
+					found = true
+				}
+			}
+			if !found {
+				continue
+			}
+		}
+		if in.HasControls != nil && ex.HasControls() != in.GetHasControls() {
+			continue
+		}
+		if in.GetExpiringBefore() != nil {
+			before := in.GetExpiringBefore().AsTime()
+			if ex.ExpiresAt.IsZero() || !ex.ExpiresAt.Before(before) {
+				continue
+			}
+		}
+		if ex.Expired(now) && !in.GetIncludeExpired() && in.GetExpiringBefore() != nil {
+			continue
+		}
+		resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, !in.GetWithoutManifests()))
+	}
+	return resp, nil
+}
+
+// Applicable implements QueryService.Applicable.
+func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest) (*arbiterv1.ApplicableResponse, error) {
+	snap, err := s.snapshotFor(ctx, in.GetMinRevision())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	dr := &arbiterv1.DecideRequest{ObjectJson: in.GetObjectJson(), Kind: in.GetKind(), Namespace: in.GetNamespace(), Name: in.GetName(),
+		Operation: in.GetOperation(), Mode: in.GetMode()}
+	evaluate := len(in.GetObjectJson()) > 0
+	if !evaluate {
+		// A synthetic object carrying the kind, namespace and labels.
+		k := in.GetKind()
+		if k.GetKind() == "" {
+			return nil, toStatus(&FieldError{Field: "kind", Detail: "give object_json, or a kind (with namespace and labels)"})
+		}
+		gv := schema.GroupVersion{Group: k.GetGroup(), Version: k.GetVersion()}
+		lbls := map[string]any{}
+		for key, v := range in.GetLabels() {
+			lbls[key] = v
+		}
+		obj := map[string]any{"apiVersion": gv.String(), "kind": k.GetKind(),
+			"metadata": map[string]any{"name": in.GetName(), "namespace": in.GetNamespace(), "labels": lbls}}
+		b, _ := json.Marshal(obj)
+		dr.ObjectJson = b
+	}
+	req, err := RequestFromProto(dr)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &arbiterv1.ApplicableResponse{Revision: snap.Revision, Digest: snap.Digest, Policies: []*arbiterv1.ApplicablePolicy{}}
+	for _, a := range snap.Set.Applicable(ctx, req, evaluate) {
+		ap := &arbiterv1.ApplicablePolicy{Policy: s.policyInfo(snap, a.Policy, false), Variant: a.Variant}
+		for _, e := range a.Exceptions {
+			ap.Exceptions = append(ap.Exceptions, &arbiterv1.ApplicableException{Exception: s.exceptionInfo(snap, e.Exception, false), Match: e.Match})
+		}
+		resp.Policies = append(resp.Policies, ap)
+	}
+	return resp, nil
+}
+
+// Explain implements QueryService.Explain.
+func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*arbiterv1.ExplainResponse, error) {
+	if in.GetRequest() == nil {
+		return nil, toStatus(&FieldError{Field: "request", Detail: "required"})
+	}
+	snap, err := s.snapshotFor(ctx, in.GetRequest().GetMinRevision())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	req, err := RequestFromProto(in.GetRequest())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	req.Trace = &engine.Trace{}
+	d := snap.Set.Evaluate(ctx, req)
+	resp := &arbiterv1.ExplainResponse{Decision: ResponseFromDecision(d)}
+	resp.Decision.Revision, resp.Decision.Digest, resp.Decision.DecisionId = snap.Revision, snap.Digest, newDecisionID()
+	for _, st := range req.Trace.Steps {
+		resp.Steps = append(resp.Steps, &arbiterv1.ExplainStep{
+			Policy: st.Policy, Variant: st.Variant, Phase: st.Phase, Name: st.Name, Exception: st.Exception,
+			Expression: st.Expression, Value: st.Value, Error: st.Error, Note: st.Note,
+		})
+	}
+	return resp, nil
+}
+
+func (s *Server) policyInfo(snap *Snapshot, p *engine.Policy, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{
+		Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Annotations: p.Annotations,
+		AdmissionEnabled: p.Spec.AdmissionEnabled(), BackgroundEnabled: p.Spec.BackgroundEnabled(),
+		Resources: p.Resources(), Autogen: p.AutogenConfigs(),
+	}
+	for _, a := range p.Actions {
+		info.Actions = append(info.Actions, string(a))
+	}
+	for _, ex := range snap.Set.ExceptionsFor(p) {
+		info.Exceptions = append(info.Exceptions, ex.Key())
+	}
+	if manifest {
+		info.ManifestJson = s.manifest(snap, store.Key{Group: engine.KyvernoGroup, Kind: p.Kind, Namespace: p.Namespace, Name: p.Name})
+	}
+	return info
+}
+
+func (s *Server) exceptionInfo(snap *Snapshot, ex *engine.Exception, manifest bool) *arbiterv1.ExceptionInfo {
+	info := &arbiterv1.ExceptionInfo{
+		Namespace: ex.Namespace, Name: ex.Name, Expired: ex.Expired(time.Now()), HasControls: ex.HasControls(),
+		ReportResult: ex.Spec.ReportResult, Full: ex.Full(), Images: ex.Spec.Images, AllowedValues: ex.Spec.AllowedValues,
+		Properties: ex.Spec.Properties, Labels: ex.Labels,
+	}
+	if info.ReportResult == "" {
+		info.ReportResult = "skip"
+	}
+	if !ex.ExpiresAt.IsZero() {
+		info.ExpiresAt = timestamppb.New(ex.ExpiresAt)
+	}
+	for _, mc := range ex.Spec.MatchConditions {
+		info.MatchConditions = append(info.MatchConditions, mc.Expression)
+	}
+	for _, r := range ex.Spec.PolicyRefs {
+		info.Policies = append(info.Policies, &arbiterv1.PolicyReference{Kind: r.Kind, Name: r.Name, Exists: snap.Set.HasPolicy(r.Kind, r.Name)})
+	}
+	if manifest {
+		info.ManifestJson = s.manifest(snap, store.Key{Group: engine.KyvernoGroup, Kind: engine.KindPolicyException, Namespace: ex.Namespace, Name: ex.Name})
+	}
+	return info
+}
+
+func (s *Server) manifest(snap *Snapshot, k store.Key) []byte {
+	o, ok := snap.Object(k)
+	if !ok {
+		return nil
+	}
+	b, _ := json.Marshal(o.Content)
+	return b
+}

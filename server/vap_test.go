@@ -1,0 +1,90 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+	"github.com/arbiter-pdp/arbiter/server"
+)
+
+func vapObjectJSON(t *testing.T, o map[string]any) []byte {
+	t.Helper()
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A ValidatingAdmissionPolicy, its binding and its param are stored (a
+// param only as the param of a stored policy); the decision carries the
+// denial's HTTP code and reason.
+func TestValidatingAdmissionPolicyStored(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	policy := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+		"metadata": map[string]any{"name": "max-keys"},
+		"spec": map[string]any{
+			"paramKind": map[string]any{"apiVersion": "v1", "kind": "ConfigMap"},
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"secrets"}}}},
+			"validations": []any{map[string]any{
+				"expression": "size(object.data) <= int(params.data.max)", "messageExpression": "'at most ' + params.data.max + ' keys'", "reason": "Forbidden"}},
+		},
+	}
+	binding := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "max-keys"},
+		"spec": map[string]any{"policyName": "max-keys", "validationActions": []any{"Deny"},
+			"paramRef": map[string]any{"name": "limits", "parameterNotFoundAction": "Deny"}},
+	}
+	param := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "limits", "namespace": "apps"}, "data": map[string]any{"max": "1"}}
+
+	// A param alone is a resource: refused, naming it.
+	_, err := ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: []*arbiterv1.Change{{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: vapObjectJSON(t, param)}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ConfigMap apps/limits") || !strings.Contains(err.Error(), "is not a policy object") {
+		t.Fatalf("param without its policy: %v", err)
+	}
+	var changes []*arbiterv1.Change
+	for _, o := range []map[string]any{policy, binding, param} {
+		changes = append(changes, &arbiterv1.Change{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: vapObjectJSON(t, o)})
+	}
+	ack, err := ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: changes})
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	secret := map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "s", "namespace": "apps"}, "data": map[string]any{"a": "YQ==", "b": "Yg=="}}
+	resp, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: vapObjectJSON(t, secret), MinRevision: ack.GetRevision()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ValidatingAdmissionPolicy 'max-keys' with binding 'max-keys' denied request: at most 1 keys"
+	if resp.GetAllowed() || resp.GetStatus().GetCode() != 403 || resp.GetStatus().GetReason() != "Forbidden" || resp.GetStatus().GetMessage() != want {
+		t.Fatalf("decision: allowed=%v status=%v", resp.GetAllowed(), resp.GetStatus())
+	}
+	if len(resp.GetResults()) != 1 || resp.GetResults()[0].GetPolicyKind() != "ValidatingAdmissionPolicy" || resp.GetResults()[0].GetProperties()["binding"] != "max-keys" {
+		t.Fatalf("results: %v", resp.GetResults())
+	}
+	// A resource that is no param is still refused.
+	_, err = ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: []*arbiterv1.Change{{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: vapObjectJSON(t, secret)}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "Secret apps/s") {
+		t.Fatalf("resource write: %v", err)
+	}
+	// An invalid binding is refused with its field.
+	bad := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "both"},
+		"spec":     map[string]any{"policyName": "max-keys", "validationActions": []any{"Deny", "Warn"}},
+	}
+	_, err = ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: []*arbiterv1.Change{{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: vapObjectJSON(t, bad)}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "spec.validationActions") {
+		t.Fatalf("Deny+Warn binding: %v", err)
+	}
+}

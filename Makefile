@@ -58,9 +58,9 @@ proto:
 # Fails when the generated code is not what `make proto` produces.
 proto-check:
 	$(BUF) lint
-	@tmp=$$(mktemp -d); cp -r proto $$tmp/proto.orig; \
+	@tmp=$$(mktemp -d); cp -r proto $$tmp/proto.orig; cp server/gateway/arbiter.swagger.json $$tmp/; \
 	$(BUF) generate; \
-	if ! diff -r $$tmp/proto.orig proto >/dev/null; then \
+	if ! diff -r $$tmp/proto.orig proto >/dev/null || ! diff $$tmp/arbiter.swagger.json server/gateway/arbiter.swagger.json >/dev/null; then \
 		diff -r $$tmp/proto.orig proto | head -20; rm -rf $$tmp; \
 		echo "generated code is out of date: run make proto and commit"; exit 1; fi; \
 	rm -rf $$tmp

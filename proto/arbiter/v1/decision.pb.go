@@ -7,6 +7,7 @@
 package arbiterv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -1565,7 +1566,7 @@ var File_arbiter_v1_decision_proto protoreflect.FileDescriptor
 const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\n" +
 	"\x19arbiter/v1/decision.proto\x12\n" +
-	"arbiter.v1\x1a\x15arbiter/v1/sync.proto\x1a\x1cgoogle/protobuf/struct.proto\"V\n" +
+	"arbiter.v1\x1a\x15arbiter/v1/sync.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\"V\n" +
 	"\x10GroupVersionKind\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
@@ -1703,11 +1704,12 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_ADMISSION\x10\x01\x12\x13\n" +
-	"\x0fMODE_BACKGROUND\x10\x022\xf9\x01\n" +
-	"\x0fDecisionService\x12?\n" +
-	"\x06Decide\x12\x19.arbiter.v1.DecideRequest\x1a\x1a.arbiter.v1.DecideResponse\x12N\n" +
-	"\vDecideBatch\x12\x1e.arbiter.v1.DecideBatchRequest\x1a\x1f.arbiter.v1.DecideBatchResponse\x12U\n" +
-	"\fDecideStream\x12\x1f.arbiter.v1.DecideStreamRequest\x1a .arbiter.v1.DecideStreamResponse(\x010\x01B;Z9github.com/arbiter-pdp/arbiter/proto/arbiter/v1;arbiterv1b\x06proto3"
+	"\x0fMODE_BACKGROUND\x10\x022\xcb\x02\n" +
+	"\x0fDecisionService\x12V\n" +
+	"\x06Decide\x12\x19.arbiter.v1.DecideRequest\x1a\x1a.arbiter.v1.DecideResponse\"\x15\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
+	"/v1/decide\x12k\n" +
+	"\vDecideBatch\x12\x1e.arbiter.v1.DecideBatchRequest\x1a\x1f.arbiter.v1.DecideBatchResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/decide:batch\x12s\n" +
+	"\fDecideStream\x12\x1f.arbiter.v1.DecideStreamRequest\x1a .arbiter.v1.DecideStreamResponse\"\x1c\x82\xd3\xe4\x93\x02\x16:\x01*\"\x11/v1/decide:stream(\x010\x01B;Z9github.com/arbiter-pdp/arbiter/proto/arbiter/v1;arbiterv1b\x06proto3"
 
 var (
 	file_arbiter_v1_decision_proto_rawDescOnce sync.Once

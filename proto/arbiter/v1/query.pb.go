@@ -7,6 +7,7 @@
 package arbiterv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -1611,7 +1612,7 @@ var File_arbiter_v1_query_proto protoreflect.FileDescriptor
 const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\n" +
 	"\x16arbiter/v1/query.proto\x12\n" +
-	"arbiter.v1\x1a\x19arbiter/v1/decision.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x04\n" +
+	"arbiter.v1\x1a\x19arbiter/v1/decision.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x04\n" +
 	"\n" +
 	"PolicyInfo\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
@@ -1773,15 +1774,16 @@ const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PRIMARY\x10\x01\x12\x11\n" +
-	"\rROLE_FOLLOWER\x10\x022\xd6\x03\n" +
-	"\fQueryService\x12?\n" +
-	"\x06Status\x12\x19.arbiter.v1.StatusRequest\x1a\x1a.arbiter.v1.StatusResponse\x12Q\n" +
-	"\fListPolicies\x12\x1f.arbiter.v1.ListPoliciesRequest\x1a .arbiter.v1.ListPoliciesResponse\x12H\n" +
-	"\tGetPolicy\x12\x1c.arbiter.v1.GetPolicyRequest\x1a\x1d.arbiter.v1.GetPolicyResponse\x12W\n" +
-	"\x0eListExceptions\x12!.arbiter.v1.ListExceptionsRequest\x1a\".arbiter.v1.ListExceptionsResponse\x12K\n" +
+	"\rROLE_FOLLOWER\x10\x022\xa5\x05\n" +
+	"\fQueryService\x12S\n" +
+	"\x06Status\x12\x19.arbiter.v1.StatusRequest\x1a\x1a.arbiter.v1.StatusResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
+	"/v1/status\x12g\n" +
+	"\fListPolicies\x12\x1f.arbiter.v1.ListPoliciesRequest\x1a .arbiter.v1.ListPoliciesResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/policies\x12\xa1\x01\n" +
+	"\tGetPolicy\x12\x1c.arbiter.v1.GetPolicyRequest\x1a\x1d.arbiter.v1.GetPolicyResponse\"W\x82\xd3\xe4\x93\x02QZ3\x121/v1/policies/{kind}/namespaces/{namespace}/{name}\x12\x1a/v1/policies/{kind}/{name}\x12o\n" +
+	"\x0eListExceptions\x12!.arbiter.v1.ListExceptionsRequest\x1a\".arbiter.v1.ListExceptionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/exceptions\x12f\n" +
 	"\n" +
-	"Applicable\x12\x1d.arbiter.v1.ApplicableRequest\x1a\x1e.arbiter.v1.ApplicableResponse\x12B\n" +
-	"\aExplain\x12\x1a.arbiter.v1.ExplainRequest\x1a\x1b.arbiter.v1.ExplainResponseB;Z9github.com/arbiter-pdp/arbiter/proto/arbiter/v1;arbiterv1b\x06proto3"
+	"Applicable\x12\x1d.arbiter.v1.ApplicableRequest\x1a\x1e.arbiter.v1.ApplicableResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/applicable\x12Z\n" +
+	"\aExplain\x12\x1a.arbiter.v1.ExplainRequest\x1a\x1b.arbiter.v1.ExplainResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x01*\"\v/v1/explainB;Z9github.com/arbiter-pdp/arbiter/proto/arbiter/v1;arbiterv1b\x06proto3"
 
 var (
 	file_arbiter_v1_query_proto_rawDescOnce sync.Once

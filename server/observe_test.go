@@ -419,7 +419,7 @@ func TestDecisionLogSampling(t *testing.T) {
 // still served during the drain delay, in-flight calls finish, then the
 // server stops.
 func TestGracefulDrain(t *testing.T) {
-	ts := startServer(t, server.Config{DrainDelay: 700 * time.Millisecond})
+	ts := startServer(t, server.Config{DrainDelay: 2 * time.Second})
 	ctx := context.Background()
 	if _, err := ts.LoadObjects(ctx, readObjects(t, pssDir)); err != nil {
 		t.Fatal(err)

@@ -14,8 +14,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -163,7 +166,9 @@ func ReadPaths(stdin io.Reader, paths ...string) ([]*Document, error) {
 // Empty documents are skipped; `kind: List` (and `*List`) objects are
 // expanded into their items. A document that is not an object is an error.
 func Parse(file string, data []byte) ([]*Document, error) {
-	var docs []*Document
+	// Split first (cheap), then decode the documents in parallel: YAML
+	// decoding dominates the cost of large inputs (helm template output).
+	var raws [][]byte
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for index := 1; ; index++ {
 		raw, err := reader.Read()
@@ -173,18 +178,43 @@ func Parse(file string, data []byte) ([]*Document, error) {
 		if err != nil {
 			return nil, &Error{File: file, Index: index, Err: err}
 		}
-		obj, err := Decode(raw)
-		if err != nil {
-			return nil, &Error{File: file, Index: index, Err: err}
+		raws = append(raws, raw)
+	}
+	objs := make([]map[string]any, len(raws))
+	errs := make([]error, len(raws))
+	decode := func(i int) { objs[i], errs[i] = Decode(raws[i]) }
+	if workers := min(runtime.GOMAXPROCS(0), len(raws)/16); workers > 1 {
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1) - 1); i < len(raws); i = int(next.Add(1) - 1) {
+					decode(i)
+				}
+			}()
+		}
+		wg.Wait()
+	} else {
+		for i := range raws {
+			decode(i)
+		}
+	}
+	var docs []*Document
+	for i, obj := range objs {
+		index := i + 1
+		if errs[i] != nil {
+			return nil, &Error{File: file, Index: index, Err: errs[i]}
 		}
 		if obj == nil {
 			continue
 		}
 		if items, ok := listItems(obj); ok {
-			for i, item := range items {
+			for j, item := range items {
 				m, ok := item.(map[string]any)
 				if !ok {
-					return nil, &Error{File: file, Index: index, Err: fmt.Errorf("items[%d]: not an object", i)}
+					return nil, &Error{File: file, Index: index, Err: fmt.Errorf("items[%d]: not an object", j)}
 				}
 				docs = append(docs, &Document{File: file, Index: index, Object: m})
 			}

@@ -83,6 +83,18 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 	if req.Kind.Kind == "" {
 		return nil, fieldError("kind", "unknown: set kind, or apiVersion and kind in the object")
 	}
+	if req.Kind.Version == "" {
+		// A kind without a version matches no rule: the decision would
+		// silently allow. Refuse it instead.
+		field := "kind.version"
+		if in.GetKind() == nil {
+			field = "object.apiVersion"
+			if req.Object == nil {
+				field = "old_object.apiVersion"
+			}
+		}
+		return nil, fieldError(field, "required: a "+req.Kind.Kind+" without an API version matches no policy")
+	}
 	return req, nil
 }
 

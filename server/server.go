@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +20,13 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 
 	oteltrace "go.opentelemetry.io/otel/trace"
 
@@ -55,8 +59,12 @@ type Config struct {
 	MinRevisionWait time.Duration
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
-	// GRPCOptions are extra gRPC server options (credentials, limits).
+	// GRPCOptions are extra gRPC server options (limits, stats handlers).
 	GRPCOptions []grpc.ServerOption
+	// Credentials secure the network listener (nil: plaintext). The
+	// in-process connection of the JSON gateway (GatewayConn) does not use
+	// them.
+	Credentials credentials.TransportCredentials
 	// NoSync disables fsync of the store (tests only).
 	NoSync bool
 	// FollowDialOptions are extra gRPC dial options a follower uses to reach
@@ -97,6 +105,11 @@ type Server struct {
 
 	grpc   *grpc.Server
 	health *health.Server
+	// grpcOpts are the server options without transport credentials, for
+	// the in-process server behind the JSON gateway.
+	grpcOpts []grpc.ServerOption
+	inprocMu sync.Mutex
+	inproc   *grpc.Server
 
 	followers *followerTable
 	follower  *follower
@@ -173,6 +186,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		recovery.StreamServerInterceptor(recoveryOpt), logging.StreamServerInterceptor(logger, logOpts...))
 	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(streams...)}, s.serverOptions()...)
 	opts = append(opts, cfg.GRPCOptions...)
+	s.grpcOpts = opts
+	if cfg.Credentials != nil {
+		opts = append(slices.Clip(opts), grpc.Creds(cfg.Credentials))
+	}
 	s.grpc = grpc.NewServer(opts...)
 	arbiterv1.RegisterDecisionServiceServer(s.grpc, s)
 	arbiterv1.RegisterQueryServiceServer(s.grpc, s)
@@ -235,6 +252,41 @@ func (s *Server) Store() *store.Store { return s.store }
 // GRPCServer returns the gRPC server, to register more services.
 func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
 
+// GatewayConn returns a client connection to an in-process gRPC server
+// that carries the Decision and Query services with every interceptor of
+// the network server (authorization, limits, metrics, logging) but no
+// transport credentials: it exists only in memory, for the JSON gateway.
+// Callers are identified by the bearer token they send (the gateway
+// forwards the HTTP Authorization header); otherwise they are anonymous.
+// The server is stopped by Shutdown; the caller closes the connection.
+func (s *Server) GatewayConn(ctx context.Context) (*grpc.ClientConn, error) {
+	s.inprocMu.Lock()
+	defer s.inprocMu.Unlock()
+	if s.inproc != nil {
+		return nil, errors.New("the gateway connection was already made")
+	}
+	select {
+	case <-s.runCtx.Done():
+		return nil, errors.New("the server is shut down")
+	default:
+	}
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer(s.grpcOpts...)
+	arbiterv1.RegisterDecisionServiceServer(g, s)
+	arbiterv1.RegisterQueryServiceServer(g, s)
+	s.inproc = g
+	go g.Serve(lis)
+	conn, err := grpc.NewClient("passthrough:///arbiter-inprocess",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		g.Stop()
+		return nil, err
+	}
+	return conn, nil
+}
+
 // Serve serves gRPC on lis until Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
 	err := s.grpc.Serve(lis)
@@ -257,13 +309,22 @@ func (s *Server) Shutdown(ctx context.Context) {
 		}
 		s.stop()
 		stopped := make(chan struct{})
+		s.inprocMu.Lock()
+		inproc := s.inproc
+		s.inprocMu.Unlock()
 		go func() {
+			if inproc != nil {
+				inproc.GracefulStop()
+			}
 			s.grpc.GracefulStop()
 			close(stopped)
 		}()
 		select {
 		case <-stopped:
 		case <-ctx.Done():
+			if inproc != nil {
+				inproc.Stop()
+			}
 			s.grpc.Stop()
 			<-stopped
 		}

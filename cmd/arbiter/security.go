@@ -22,7 +22,8 @@ type authzSection = authz.Config
 // amount to.
 type security struct {
 	authz             *authz.Authorizer
-	serverOptions     []grpc.ServerOption
+	creds             credentials.TransportCredentials
+	tlsConfig         *tls.Config
 	followDialOptions []grpc.DialOption
 	clientAuth        string
 	summary           string
@@ -51,6 +52,8 @@ func securityFromOptions(o *serveOptions, log *slog.Logger) (*security, error) {
 		return nil, exitWith(exitLoad, "--tls-client-ca and --tls-client-auth need --tls-cert and --tls-key")
 	case !tlsOn && !isLoopback(o.listen) && !o.insecure:
 		return nil, exitWith(exitLoad, "refusing to serve plaintext gRPC on %s, which is not a loopback address: give --tls-cert and --tls-key (and --tls-client-ca for mutual TLS), or --insecure for development", o.listen)
+	case !tlsOn && o.gatewayListen != "" && !isLoopback(o.gatewayListen) && !o.insecure:
+		return nil, exitWith(exitLoad, "refusing to serve the plaintext JSON gateway on %s, which is not a loopback address: give --tls-cert and --tls-key, or --insecure for development", o.gatewayListen)
 	}
 	reload := certs.Options{Interval: o.tlsReload, Logger: log}
 	if tlsOn {
@@ -81,7 +84,8 @@ func securityFromOptions(o *serveOptions, log *slog.Logger) (*security, error) {
 		if err != nil {
 			return nil, exitWith(exitLoad, "TLS: %v", err)
 		}
-		sec.serverOptions = append(sec.serverOptions, grpc.Creds(credentials.NewTLS(cfg)))
+		sec.creds = credentials.NewTLS(cfg)
+		sec.tlsConfig = cfg
 	} else {
 		log.Warn("INSECURE: serving plaintext gRPC: traffic is neither encrypted nor authenticated; use --tls-cert/--tls-key (and --tls-client-ca) outside development",
 			"listen", o.listen)

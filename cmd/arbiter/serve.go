@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/internal/tracing"
 	"github.com/arbiter-pdp/arbiter/server"
+	"github.com/arbiter-pdp/arbiter/server/gateway"
 	"github.com/arbiter-pdp/arbiter/server/limits"
 	"github.com/arbiter-pdp/arbiter/server/metrics"
 )
@@ -54,6 +56,10 @@ type serveOptions struct {
 	// Observability.
 	metricsListen string
 	pprof         bool
+
+	// JSON gateway.
+	gatewayListen string
+	corsOrigins   []string
 	decisionLog   decisionLogOptions
 
 	// authorization is the `authorization:` section of the config file.
@@ -151,6 +157,8 @@ func addServeFlags(f *pflag.FlagSet, o *serveOptions) {
 	f.IntVar(&o.limits.RateBurst, "rate-burst", 0, "burst of --rate-limit (default: --rate-limit)")
 	f.DurationVar(&o.limits.RPCTimeout, "rpc-timeout", limits.DefaultRPCTimeout, "deadline of unary calls that set none, and the longest one a call may set")
 
+	f.StringVar(&o.gatewayListen, "gateway-listen", "", "HTTP address serving the Decision and Query services as JSON (/v1/..., /openapi.json); HTTPS with --tls-cert (empty: off)")
+	f.StringArrayVar(&o.corsOrigins, "cors-origin", nil, `origin allowed to call the JSON gateway from a browser ("*": any; repeatable)`)
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "HTTP address serving Prometheus /metrics, /healthz and /readyz (empty: off)")
 	f.BoolVar(&o.pprof, "pprof", false, "also serve /debug/pprof/ on --metrics-listen")
 	f.StringVar(&o.decisionLog.output, "decision-log", "", "write every decision as a JSON line to FILE, or - for stdout (empty: off)")
@@ -189,6 +197,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if o.follow != "" && len(o.load) > 0 {
 		return exitWith(exitLoad, "--load writes to the store; a follower takes its content from the primary")
 	}
+	if len(o.corsOrigins) > 0 && o.gatewayListen == "" {
+		return exitWith(exitLoad, "--cors-origin applies to the JSON gateway: give --gateway-listen")
+	}
 	if o.pprof && o.metricsListen == "" {
 		return exitWith(exitLoad, "--pprof serves on the metrics port: give --metrics-listen")
 	}
@@ -211,7 +222,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		Authz:             sec.authz,
 		Limits:            o.limits,
 		DrainDelay:        o.drainDelay,
-		GRPCOptions:       sec.serverOptions,
+		Credentials:       sec.creds,
 		FollowDialOptions: sec.followDialOptions,
 	}
 
@@ -296,6 +307,15 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}()
 		log.Info("metrics", "listen", mlis.Addr().String(), "pprof", o.pprof)
 	}
+	var gatewaySrv *http.Server
+	if o.gatewayListen != "" {
+		gatewaySrv, err = startGateway(ctx, srv, o, sec, log)
+		if err != nil {
+			srv.Shutdown(context.Background())
+			stopHTTP(metricsSrv)
+			return err
+		}
+	}
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
@@ -307,11 +327,8 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	log.Info("serving", "listen", lis.Addr().String(), "role", role, "data", o.data, "tls", o.tlsCert != "",
 		"client_certificates", sec.clientAuth, "authorization", sec.summary)
 	stopMetrics := func() {
-		if metricsSrv != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = metricsSrv.Shutdown(sctx)
-		}
+		stopHTTP(gatewaySrv)
+		stopHTTP(metricsSrv)
 	}
 	select {
 	case err := <-errc:
@@ -332,6 +349,68 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		return fmt.Errorf("serving: %w", err)
 	}
 	return nil
+}
+
+// stopHTTP shuts an HTTP server down (nil: nothing).
+func stopHTTP(h *http.Server) {
+	if h == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = h.Shutdown(sctx)
+}
+
+// startGateway serves the JSON gateway on --gateway-listen: HTTPS with the
+// server's certificate when TLS is on, calling the in-process gRPC server
+// so every interceptor applies.
+func startGateway(ctx context.Context, srv *server.Server, o *serveOptions, sec *security, log *slog.Logger) (*http.Server, error) {
+	conn, err := srv.GatewayConn(ctx)
+	if err != nil {
+		return nil, exitWith(exitLoad, "--gateway-listen: %v", err)
+	}
+	h, err := gateway.New(ctx, conn, gateway.Options{CORSOrigins: o.corsOrigins})
+	if err != nil {
+		conn.Close()
+		return nil, exitWith(exitLoad, "--gateway-listen: %v", err)
+	}
+	glis, err := net.Listen("tcp", o.gatewayListen)
+	if err != nil {
+		conn.Close()
+		return nil, exitWith(exitLoad, "--gateway-listen %s: %v", o.gatewayListen, err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 1 << 20}
+	hs.RegisterOnShutdown(func() { conn.Close() })
+	if sec.tlsConfig != nil {
+		// The gRPC configuration offers only h2; HTTP clients may speak
+		// HTTP/1.1 too.
+		base := sec.tlsConfig
+		hs.TLSConfig = &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+				c, err := base.GetConfigForClient(hello)
+				if err != nil || c == nil {
+					return c, err
+				}
+				c = c.Clone()
+				c.NextProtos = []string{"h2", "http/1.1"}
+				return c, nil
+			},
+		}
+	}
+	go func() {
+		var err error
+		if hs.TLSConfig != nil {
+			err = hs.ServeTLS(glis, "", "")
+		} else {
+			err = hs.Serve(glis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("gateway server", "err", err)
+		}
+	}()
+	log.Info("JSON gateway", "listen", glis.Addr().String(), "tls", sec.tlsConfig != nil, "cors_origins", o.corsOrigins)
+	return hs, nil
 }
 
 func openDecisionLog(o *decisionLogOptions) (*decisionlog.Logger, error) {

@@ -9,7 +9,6 @@ import (
 	_ "embed"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -40,12 +39,9 @@ func New(ctx context.Context, conn *grpc.ClientConn, o Options) (http.Handler, e
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: false, EmitUnpopulated: false},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
-		runtime.WithIncomingHeaderMatcher(func(k string) (string, bool) {
-			if strings.EqualFold(k, "Authorization") {
-				return "authorization", true
-			}
-			return runtime.DefaultHeaderMatcher(k)
-		}),
+		// grpc-gateway forwards the Authorization header as the
+		// "authorization" metadata itself (bearer tokens reach the
+		// authorizer); other headers follow the default matcher.
 	)
 	if err := arbiterv1.RegisterDecisionServiceHandler(ctx, mux, conn); err != nil {
 		return nil, err

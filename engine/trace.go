@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Trace records how a decision was reached: every expression evaluated
@@ -118,6 +120,15 @@ func renderVal(v ref.Val) string {
 	}
 	if native, err := v.ConvertToNative(reflect.TypeFor[any]()); err == nil {
 		if b, err := json.Marshal(native); err == nil {
+			return string(b)
+		}
+	}
+	if native, err := v.ConvertToNative(reflect.TypeFor[*structpb.Value]()); err == nil {
+		if b, err := protojson.Marshal(native.(*structpb.Value)); err == nil {
+			var compact any
+			if json.Unmarshal(b, &compact) == nil {
+				b, _ = json.Marshal(compact)
+			}
 			return string(b)
 		}
 	}

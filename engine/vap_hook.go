@@ -22,7 +22,9 @@ import (
 
 // Kinds of the Kubernetes admission policy types.
 const (
-	KindValidatingAdmissionPolicy        = vap.KindPolicy
+	KindValidatingAdmissionPolicy = vap.KindPolicy
+	// AdmissionRegistrationGroup is the API group of ValidatingAdmissionPolicies.
+	AdmissionRegistrationGroup           = vap.Group
 	KindValidatingAdmissionPolicyBinding = vap.KindBinding
 )
 
@@ -280,6 +282,22 @@ func vapRequest(req *Request) *vap.Request {
 	if req.RequestSubResource != "" {
 		r.SubResource = req.RequestSubResource
 	}
+	if t := req.Trace; t != nil {
+		r.Trace = func(s vap.Step) {
+			variant := ""
+			if s.Binding != "" {
+				variant = "binding " + s.Binding
+				if s.Param != "" {
+					variant += " param " + s.Param
+				}
+			}
+			step := TraceStep{Policy: s.Policy, Variant: variant, Phase: s.Phase, Name: s.Name, Expression: s.Expression, Error: s.Err, Note: s.Note}
+			if s.Value != nil {
+				step.Value = renderVal(s.Value)
+			}
+			t.add(step)
+		}
+	}
 	return r
 }
 
@@ -341,4 +359,66 @@ func (ps *PolicySet) finishDecision(ctx context.Context, req *Request, d *Decisi
 		d.Allowed = false
 		d.Message = strings.Join(d.Denials, "; ")
 	}
+}
+
+// VAPInfo describes one ValidatingAdmissionPolicy of a set, for inventories.
+type VAPInfo struct {
+	Name string
+	// Bindings are the names of its bindings, in evaluation order.
+	Bindings []string
+	// Actions is the union of its bindings' validationActions (Deny, Warn,
+	// Audit order); empty when no binding binds it (it is then inert).
+	Actions []string
+	// Resources are the group/version/resource of its matchConstraints'
+	// resource rules, as Policy.Resources words them.
+	Resources []string
+	// ParamKind is apiVersion/kind of its params, or "".
+	ParamKind string
+}
+
+// VAPInfos describes the set's ValidatingAdmissionPolicies, by name.
+func (ps *PolicySet) VAPInfos() []VAPInfo {
+	if ps.vap == nil {
+		return nil
+	}
+	out := make([]VAPInfo, 0, len(ps.vap.policies))
+	for _, p := range ps.vap.policies {
+		info := VAPInfo{Name: p.Name}
+		has := map[string]bool{}
+		for _, b := range ps.vap.set.Bindings(p.Name) {
+			info.Bindings = append(info.Bindings, b.Name)
+			for _, a := range b.Actions {
+				has[string(a)] = true
+			}
+		}
+		for _, a := range []string{"Deny", "Warn", "Audit"} {
+			if has[a] {
+				info.Actions = append(info.Actions, a)
+			}
+		}
+		seen := map[string]bool{}
+		if mc := p.Spec.MatchConstraints; mc != nil {
+			for _, r := range mc.ResourceRules {
+				for _, g := range r.APIGroups {
+					for _, v := range r.APIVersions {
+						for _, res := range r.Resources {
+							key := g + "/" + v + "/" + res
+							if g == "" {
+								key = v + "/" + res
+							}
+							if !seen[key] {
+								seen[key] = true
+								info.Resources = append(info.Resources, key)
+							}
+						}
+					}
+				}
+			}
+		}
+		if gvk, ok := p.ParamKind(); ok {
+			info.ParamKind = gvk.GroupVersion().String() + "/" + gvk.Kind
+		}
+		out = append(out, info)
+	}
+	return out
 }

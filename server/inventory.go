@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -37,7 +38,53 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 		}
 		resp.Policies = append(resp.Policies, s.policyInfo(snap, p, !in.GetWithoutManifests()))
 	}
+	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == engine.KindValidatingAdmissionPolicy) {
+		for _, v := range snap.Set.VAPInfos() {
+			info := s.vapInfo(snap, v, !in.GetWithoutManifests())
+			if in.GetAction() != "" && !slices.Contains(info.Actions, in.GetAction()) {
+				continue
+			}
+			if sel != nil && !sel.Matches(labels.Set(info.Labels)) {
+				continue
+			}
+			resp.Policies = append(resp.Policies, info)
+		}
+	}
 	return resp, nil
+}
+
+// vapInfo describes a ValidatingAdmissionPolicy: its actions are its
+// bindings' validationActions, its labels and annotations its manifest's.
+func (s *Server) vapInfo(snap *Snapshot, v engine.VAPInfo, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{
+		Kind: engine.KindValidatingAdmissionPolicy, Name: v.Name, Actions: v.Actions, Resources: v.Resources,
+		AdmissionEnabled: len(v.Bindings) > 0, Bindings: v.Bindings, ParamKind: v.ParamKind,
+	}
+	k := store.Key{Group: engine.AdmissionRegistrationGroup, Kind: engine.KindValidatingAdmissionPolicy, Name: v.Name}
+	if o, ok := snap.Object(k); ok {
+		if md, ok := o.Content["metadata"].(map[string]any); ok {
+			info.Labels = stringMap(md["labels"])
+			info.Annotations = stringMap(md["annotations"])
+		}
+		if manifest {
+			info.ManifestJson, _ = json.Marshal(o.Content)
+		}
+	}
+	return info
+}
+
+func stringMap(v any) map[string]string {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, e := range m {
+		if s, ok := e.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
 }
 
 func hasAction(p *engine.Policy, action string) bool {
@@ -63,6 +110,13 @@ func (s *Server) GetPolicy(ctx context.Context, in *arbiterv1.GetPolicyRequest) 
 				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
 			}
 			return resp, nil
+		}
+	}
+	if kind == engine.KindValidatingAdmissionPolicy {
+		for _, v := range snap.Set.VAPInfos() {
+			if v.Name == in.GetName() {
+				return &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.vapInfo(snap, v, true)}, nil
+			}
 		}
 	}
 	return nil, toStatus(&NotFoundError{What: kind + " " + qualified(in.GetNamespace(), in.GetName())})

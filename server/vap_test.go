@@ -88,3 +88,93 @@ func TestValidatingAdmissionPolicyStored(t *testing.T) {
 		t.Fatalf("Deny+Warn binding: %v", err)
 	}
 }
+
+// ValidatingAdmissionPolicies are in the inventory (Status counts them,
+// ListPolicies and GetPolicy describe them with their bindings' actions)
+// and Explain traces their evaluation per binding and param.
+func TestValidatingAdmissionPolicyInventoryAndExplain(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	policy := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+		"metadata": map[string]any{"name": "require-owner", "labels": map[string]any{"team": "platform"}},
+		"spec": map[string]any{
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"configmaps"}}}},
+			"matchConditions": []any{map[string]any{"name": "not-system", "expression": "!request.namespace.startsWith('kube-')"}},
+			"variables":       []any{map[string]any{"name": "labels", "expression": "object.metadata.?labels.orValue({})"}},
+			"validations":     []any{map[string]any{"expression": "'owner' in variables.labels", "message": "configmaps need an owner label"}},
+		},
+	}
+	warn := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "owner-warn"},
+		"spec":     map[string]any{"policyName": "require-owner", "validationActions": []any{"Warn", "Audit"}},
+	}
+	deny := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "owner-deny-prod"},
+		"spec": map[string]any{"policyName": "require-owner", "validationActions": []any{"Deny"},
+			"matchResources": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"env": "prod"}}}},
+	}
+	var changes []*arbiterv1.Change
+	for _, o := range []map[string]any{policy, warn, deny} {
+		changes = append(changes, &arbiterv1.Change{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: vapObjectJSON(t, o)})
+	}
+	ack, err := ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: changes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ts.c.Query.Status(ctx, &arbiterv1.StatusRequest{})
+	if err != nil || st.GetPolicies() != 1 {
+		t.Fatalf("status: %v %v", st, err)
+	}
+	list, err := ts.c.Query.ListPolicies(ctx, &arbiterv1.ListPoliciesRequest{Action: "Deny", LabelSelector: "team=platform"})
+	if err != nil || len(list.GetPolicies()) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	p := list.GetPolicies()[0]
+	if p.GetKind() != "ValidatingAdmissionPolicy" || p.GetName() != "require-owner" || strings.Join(p.GetActions(), ",") != "Deny,Warn,Audit" ||
+		strings.Join(p.GetResources(), ",") != "v1/configmaps" || strings.Join(p.GetBindings(), ",") != "owner-deny-prod,owner-warn" || len(p.GetManifestJson()) == 0 {
+		t.Fatalf("policy info: %v", p)
+	}
+	for _, filter := range []*arbiterv1.ListPoliciesRequest{{Kind: "ValidatingPolicy"}, {Namespace: "apps"}, {LabelSelector: "team=other"}} {
+		if l, err := ts.c.Query.ListPolicies(ctx, filter); err != nil || len(l.GetPolicies()) != 0 {
+			t.Fatalf("list %v: %v %v", filter, l, err)
+		}
+	}
+	got, err := ts.c.Query.GetPolicy(ctx, &arbiterv1.GetPolicyRequest{Kind: "ValidatingAdmissionPolicy", Name: "require-owner"})
+	if err != nil || got.GetPolicy().GetLabels()["team"] != "platform" {
+		t.Fatalf("get: %v %v", got, err)
+	}
+
+	cm := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "c", "namespace": "apps"}}
+	ex, err := ts.c.Query.Explain(ctx, &arbiterv1.ExplainRequest{Request: &arbiterv1.DecideRequest{ObjectJson: vapObjectJSON(t, cm), MinRevision: ack.GetRevision()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ex.GetDecision().GetAllowed() || len(ex.GetDecision().GetWarnings()) != 1 {
+		t.Fatalf("decision: %v", ex.GetDecision())
+	}
+	var lines []string
+	for _, s := range ex.GetSteps() {
+		line := s.GetPolicy() + "|" + s.GetVariant() + "|" + s.GetPhase() + "|" + s.GetName() + "|"
+		if s.GetNote() != "" {
+			line += s.GetNote()
+		} else {
+			line += s.GetValue() + s.GetError()
+		}
+		lines = append(lines, line)
+	}
+	want := []string{
+		"require-owner||matchConstraints||matched the policy's matchConstraints as v1 ConfigMap",
+		"require-owner|binding owner-deny-prod|binding.matchResources||the binding's matchResources do not match: not evaluated",
+		"require-owner|binding owner-warn|matchCondition|not-system|true",
+		"require-owner|binding owner-warn|variable|labels|{}",
+		"require-owner|binding owner-warn|validation|0|false",
+		"require-owner|binding owner-warn|result||fail: configmaps need an owner label (validationActions Warn, Audit)",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("steps:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -40,9 +40,13 @@ type decisionOutput struct {
 	Results          []resultOutput    `json:"results"`
 	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
 	Message          string            `json:"message,omitempty"`
-	Revision         uint64            `json:"revision"`
-	Digest           string            `json:"digest,omitempty"`
-	DecisionID       string            `json:"decisionId,omitempty"`
+	// Code and Reason are the HTTP status of a denial (400 for Kyverno
+	// policies; a ValidatingAdmissionPolicy's reason, e.g. 422 Invalid).
+	Code       int32  `json:"code,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	Revision   uint64 `json:"revision"`
+	Digest     string `json:"digest,omitempty"`
+	DecisionID string `json:"decisionId,omitempty"`
 }
 
 type resultOutput struct {
@@ -189,6 +193,8 @@ func outputFromResponse(resp *arbiterv1.DecideResponse) decisionOutput {
 		AuditAnnotations: resp.GetAuditAnnotations(),
 		Message:          resp.GetStatus().GetMessage(),
 		Revision:         resp.GetRevision(),
+		Code:             resp.GetStatus().GetCode(),
+		Reason:           resp.GetStatus().GetReason(),
 		Digest:           resp.GetDigest(),
 		DecisionID:       resp.GetDecisionId(),
 		Results:          []resultOutput{},

@@ -134,8 +134,15 @@ func writeExplain(w io.Writer, resp *arbiterv1.ExplainResponse) error {
 	}
 	policy := ""
 	for _, s := range resp.GetSteps() {
-		if s.GetPolicy() != policy {
-			policy = s.GetPolicy()
+		head := s.GetPolicy()
+		if v := s.GetVariant(); v != "" {
+			if !strings.HasPrefix(v, "binding ") {
+				v = "autogen " + v
+			}
+			head += " (" + v + ")"
+		}
+		if head != policy {
+			policy = head
 			fmt.Fprintf(w, "\n%s\n", policy)
 		}
 		label := s.GetPhase()

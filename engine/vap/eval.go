@@ -67,6 +67,9 @@ type Request struct {
 	// otherwise the Namespace the set holds, or one labelled
 	// kubernetes.io/metadata.name.
 	NamespaceObject map[string]any
+	// Trace, when set, receives every expression evaluated and a note for
+	// every policy and binding considered (it does not change the outcome).
+	Trace func(Step)
 }
 
 // Decision actions and evaluations (the validating plugin's words).
@@ -129,6 +132,9 @@ type evalRequest struct {
 	// authorizer and requestResourceAuthorizer are the `authorizer`
 	// values (stateless: shared by every pass of the request).
 	authorizer, requestResourceAuthorizer ref.Val
+	// tracePolicy, traceBinding and traceParam name what is being
+	// evaluated, for Request.Trace.
+	tracePolicy, traceBinding, traceParam string
 }
 
 type requestKey struct {
@@ -465,7 +471,11 @@ func (p *Policy) pass(rq *evalRequest, results []plugincel.CompilationResult, in
 			}
 			comp.cost += cost
 			if err != nil {
+				rq.trace(Step{Phase: PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Err: err.Error()})
 				return celtypes.NewErr("composited variable %q fails to evaluate: %v", v.name, err)
+			}
+			if rq.traceOn() {
+				rq.trace(Step{Phase: PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Value: val})
 			}
 			return val
 		})
@@ -559,11 +569,13 @@ func (p *Policy) validate(rq *evalRequest, gvr schema.GroupVersionResource, gvk 
 		results, _, err := p.pass(rq, p.matchConditions, passInputs{gvr: rq.gvr, gvk: gvk, param: param, authorizer: true, namespace: namespaceNull},
 			celconfig.RuntimeCELCostBudgetMatchConditions)
 		if err != nil {
+			rq.trace(Step{Phase: PhaseMatchCondition, Err: err.Error()})
 			if p.failurePolicy == admissionregistrationv1.Ignore {
 				return validateResult{skipped: true}
 			}
 			return p.errorResult(err.Error())
 		}
+		rq.traceResults(PhaseMatchCondition, p.matchConditionName, p.matchConditions, results)
 		var errs []error
 		for _, r := range results {
 			if r.err != nil {
@@ -591,7 +603,11 @@ func (p *Policy) validate(rq *evalRequest, gvr schema.GroupVersionResource, gvk 
 	if err != nil {
 		return p.errorResult(err.Error())
 	}
+	rq.traceResults(PhaseValidation, indexName, conds, evals)
 	messages, _, msgErr := p.pass(rq, msgs, passInputs{gvr: gvr, gvk: gvk, param: param, namespace: namespaceRestricted}, remaining)
+	if messages != nil {
+		rq.traceResults(PhaseMessageExpression, indexName, msgs, messages)
+	}
 	decisions := make([]decision, len(evals))
 	for i, ev := range evals {
 		d := &decisions[i]
@@ -613,10 +629,12 @@ func (p *Policy) validate(rq *evalRequest, gvr schema.GroupVersionResource, gvk 
 		}
 	}
 
-	annotations, _, err := p.pass(rq, p.auditResults(), passInputs{gvr: gvr, gvk: gvk, param: param, namespace: namespaceFull}, celconfig.RuntimeCELCostBudget)
+	auditExprs := p.auditResults()
+	annotations, _, err := p.pass(rq, auditExprs, passInputs{gvr: gvr, gvk: gvk, param: param, namespace: namespaceFull}, celconfig.RuntimeCELCostBudget)
 	if err != nil {
 		return p.errorResult(err.Error())
 	}
+	rq.traceResults(PhaseAuditAnnotation, func(i int) string { return p.auditAnnotations[i].key }, auditExprs, annotations)
 	audits := make([]auditResult, len(annotations))
 	for i, ev := range annotations {
 		if !ev.compiled {

@@ -315,11 +315,17 @@ func (s *Set) Evaluate(ctx context.Context, req *Request) *Outcome {
 		if !ok {
 			continue
 		}
+		if rq.traceOn() {
+			rq.tracePolicy, rq.traceBinding, rq.traceParam = p.Name, "", ""
+			rq.trace(Step{Phase: PhaseMatch, Note: "matched the policy's matchConstraints as " + gvk.GroupVersion().String() + " " + gvk.Kind})
+		}
 		collector := map[string][]string{}
 		var keys []string
 		for _, b := range e.bindings {
+			rq.traceBinding, rq.traceParam = b.Name, ""
 			if b.match != nil {
 				if ok, _, _ := b.match.matches(rq); !ok {
+					rq.trace(Step{Phase: PhaseBindingMatch, Note: "the binding's matchResources do not match: not evaluated"})
 					continue
 				}
 			}
@@ -341,9 +347,11 @@ func (s *Set) Evaluate(ctx context.Context, req *Request) *Outcome {
 			for _, param := range params {
 				if param != nil {
 					res.Params = append(res.Params, param.Key())
+					rq.traceParam = param.Key()
 				}
 				vr := p.validate(rq, gvr, gvk, param)
 				if vr.skipped {
+					rq.trace(Step{Phase: PhaseResult, Note: "skipped: a matchCondition is false (or failed with failurePolicy Ignore)"})
 					continue
 				}
 				evaluated = true
@@ -404,6 +412,17 @@ func (s *Set) Evaluate(ctx context.Context, req *Request) *Outcome {
 				res.Result, res.Message = ResultSkip, MessageNoParams
 			default:
 				res.Result, res.Message = ResultSkip, MessageMatchConditions
+			}
+			if rq.traceOn() {
+				rq.traceParam = ""
+				note := res.Result
+				if res.Message != "" {
+					note += ": " + res.Message
+				}
+				if res.Result == ResultFail || res.Result == ResultError {
+					note += " (validationActions " + strings.Join(res.Actions, ", ") + ")"
+				}
+				rq.trace(Step{Phase: PhaseResult, Note: note})
 			}
 			out.Results = append(out.Results, res)
 		}

@@ -92,7 +92,12 @@ type PolicyInfo struct {
 	// The stored manifest, as JSON.
 	ManifestJson []byte `protobuf:"bytes,11,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
 	// Pod controllers it is also compiled for (autogen).
-	Autogen       []string `protobuf:"bytes,12,rep,name=autogen,proto3" json:"autogen,omitempty"`
+	Autogen []string `protobuf:"bytes,12,rep,name=autogen,proto3" json:"autogen,omitempty"`
+	// ValidatingAdmissionPolicy: the names of its bindings (actions are the
+	// union of theirs; a policy without bindings is inert).
+	Bindings []string `protobuf:"bytes,13,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	// ValidatingAdmissionPolicy: apiVersion/kind of its params, if any.
+	ParamKind     string `protobuf:"bytes,14,opt,name=param_kind,json=paramKind,proto3" json:"param_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -209,6 +214,20 @@ func (x *PolicyInfo) GetAutogen() []string {
 		return x.Autogen
 	}
 	return nil
+}
+
+func (x *PolicyInfo) GetBindings() []string {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+func (x *PolicyInfo) GetParamKind() string {
+	if x != nil {
+		return x.ParamKind
+	}
+	return ""
 }
 
 // ListPoliciesRequest filters policies; empty fields match everything.
@@ -1182,12 +1201,15 @@ func (x *ExplainRequest) GetRequest() *DecideRequest {
 
 // ExplainStep is one expression evaluated, or one note.
 type ExplainStep struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Policy  string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
-	Variant string                 `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// The autogen configuration (defaults, cronjobs) of a ValidatingPolicy,
+	// or "binding NAME [param NS/NAME]" of a ValidatingAdmissionPolicy.
+	Variant string `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
 	// matchConstraints, exception.matchCondition, exception.control,
 	// matchCondition, variable, validation, messageExpression,
-	// auditAnnotation, result.
+	// auditAnnotation, result (and binding.matchResources for a
+	// ValidatingAdmissionPolicy).
 	Phase         string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
 	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	Exception     string `protobuf:"bytes,5,opt,name=exception,proto3" json:"exception,omitempty"`
@@ -1612,7 +1634,7 @@ var File_arbiter_v1_query_proto protoreflect.FileDescriptor
 const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\n" +
 	"\x16arbiter/v1/query.proto\x12\n" +
-	"arbiter.v1\x1a\x19arbiter/v1/decision.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x04\n" +
+	"arbiter.v1\x1a\x19arbiter/v1/decision.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x05\n" +
 	"\n" +
 	"PolicyInfo\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
@@ -1629,7 +1651,10 @@ const file_arbiter_v1_query_proto_rawDesc = "" +
 	" \x03(\tR\n" +
 	"exceptions\x12#\n" +
 	"\rmanifest_json\x18\v \x01(\fR\fmanifestJson\x12\x18\n" +
-	"\aautogen\x18\f \x03(\tR\aautogen\x1a9\n" +
+	"\aautogen\x18\f \x03(\tR\aautogen\x12\x1a\n" +
+	"\bbindings\x18\r \x03(\tR\bbindings\x12\x1d\n" +
+	"\n" +
+	"param_kind\x18\x0e \x01(\tR\tparamKind\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +

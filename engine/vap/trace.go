@@ -1,0 +1,73 @@
+package vap
+
+import (
+	"strconv"
+
+	"github.com/google/cel-go/common/types/ref"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+)
+
+// Trace phases, as engine.Trace words them.
+const (
+	PhaseMatch             = "matchConstraints"
+	PhaseBindingMatch      = "binding.matchResources"
+	PhaseMatchCondition    = "matchCondition"
+	PhaseVariable          = "variable"
+	PhaseValidation        = "validation"
+	PhaseMessageExpression = "messageExpression"
+	PhaseAuditAnnotation   = "auditAnnotation"
+	PhaseResult            = "result"
+)
+
+// Step is one expression evaluated (Value or Err) or one note, for
+// Request.Trace.
+type Step struct {
+	Policy, Binding, Param string
+	Phase, Name            string
+	Expression             string
+	Value                  ref.Val
+	Err                    string
+	Note                   string
+}
+
+// traceOn says whether the request is traced.
+func (rq *evalRequest) traceOn() bool { return rq.req.Trace != nil }
+
+// trace records a step for the policy, binding and param being evaluated.
+func (rq *evalRequest) trace(s Step) {
+	if rq.req.Trace == nil {
+		return
+	}
+	s.Policy, s.Binding, s.Param = rq.tracePolicy, rq.traceBinding, rq.traceParam
+	rq.req.Trace(s)
+}
+
+// traceResults records the evaluations of one pass (placeholders left out).
+func (rq *evalRequest) traceResults(phase string, names func(i int) string, results []plugincel.CompilationResult, evals []evalResult) {
+	if !rq.traceOn() {
+		return
+	}
+	for i, ev := range evals {
+		if !ev.compiled {
+			continue
+		}
+		s := Step{Phase: phase, Name: names(i), Value: ev.value}
+		if results[i].ExpressionAccessor != nil {
+			s.Expression = results[i].ExpressionAccessor.GetExpression()
+		}
+		if ev.err != nil {
+			s.Err, s.Value = ev.err.Error(), nil
+		}
+		rq.trace(s)
+	}
+}
+
+func indexName(i int) string { return strconv.Itoa(i) }
+
+// matchConditionName is the name of the policy's i-th matchCondition.
+func (p *Policy) matchConditionName(i int) string {
+	if i < len(p.Spec.MatchConditions) {
+		return p.Spec.MatchConditions[i].Name
+	}
+	return indexName(i)
+}

@@ -46,7 +46,7 @@ func (s *Server) snapshotFor(ctx context.Context, minRevision uint64) (*Snapshot
 	}
 	snap, err := s.WaitRevision(ctx, minRevision)
 	if err != nil {
-		return nil, &RevisionNotReachedError{Want: minRevision, Have: snap.Revision, Digest: snap.Digest, Primary: s.cfg.Follow}
+		return nil, &RevisionNotReachedError{Want: minRevision, Have: snap.Revision, Digest: snap.Digest, Primary: s.PrimaryAddress()}
 	}
 	return snap, nil
 }

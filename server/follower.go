@@ -220,10 +220,15 @@ func (f *follower) watchLag(ctx context.Context) {
 // updateHealth sets health from the follower's state: SERVING once synced
 // and while within the configured lag.
 func (s *Server) updateHealth() {
-	if s.follower == nil {
+	r := s.currentRole()
+	if r.primary {
 		return
 	}
-	revs, behind, synced, _, _ := s.follower.lag()
+	if r.f == nil {
+		s.setServing(false) // a standby
+		return
+	}
+	revs, behind, synced, _, _ := r.f.lag()
 	ok := synced
 	if s.cfg.MaxLagRevisions > 0 && revs > s.cfg.MaxLagRevisions {
 		ok = false

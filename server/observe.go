@@ -200,9 +200,11 @@ func (s *Server) State() metrics.State {
 	snap := s.Current()
 	st := metrics.State{Revision: snap.Revision, Objects: snap.Objects(),
 		Policies: len(snap.Set.Policies()), Exceptions: len(snap.Set.Exceptions())}
-	if s.follower != nil {
+	if r := s.currentRole(); !r.primary {
 		st.Follower = true
-		st.LagRevisions, _, _, _, _ = s.follower.lag()
+		if r.f != nil {
+			st.LagRevisions, _, _, _, _ = r.f.lag()
+		}
 	}
 	return st
 }

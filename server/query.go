@@ -19,10 +19,13 @@ func (s *Server) Status(ctx context.Context, _ *arbiterv1.StatusRequest) (*arbit
 		Exceptions:     uint32(len(snap.Set.Exceptions())),
 		OldestRevision: st.Oldest,
 	}
-	if s.follower != nil {
+	if r := s.currentRole(); r.f == nil && !r.primary {
 		resp.Role = arbiterv1.Role_ROLE_FOLLOWER
-		resp.Primary = s.cfg.Follow
-		revs, behind, synced, connected, lastErr := s.follower.lag()
+		resp.Warnings = append(resp.Warnings, "standby: no primary known yet")
+	} else if r.f != nil {
+		resp.Role = arbiterv1.Role_ROLE_FOLLOWER
+		resp.Primary = r.follow
+		revs, behind, synced, connected, lastErr := r.f.lag()
 		if !synced {
 			resp.Warnings = append(resp.Warnings, "not yet synced with the primary")
 		}

@@ -112,7 +112,11 @@ type Server struct {
 	inproc   *grpc.Server
 
 	followers *followerTable
-	follower  *follower
+	// roles is the replica's role (primary, follower, standby); see role.go.
+	roles roleState
+
+	hooksMu       sync.Mutex
+	shutdownHooks []func(context.Context)
 
 	tracer   oteltrace.Tracer
 	expiries expiryCache
@@ -200,12 +204,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.runCtx, s.stop = runCtx, cancel
-	if cfg.Follow != "" {
-		s.follower = newFollower(s, cfg.Follow)
-		go s.follower.run(runCtx)
-	} else {
-		s.setServing(true)
-	}
+	s.startRole()
 	return s, nil
 }
 
@@ -300,6 +299,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // finish (bounded by ctx), then the store is closed.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.closeOnce.Do(func() {
+		s.runShutdownHooks(ctx)
 		s.health.Shutdown()
 		if d := s.cfg.DrainDelay; d > 0 {
 			select {
@@ -328,8 +328,8 @@ func (s *Server) Shutdown(ctx context.Context) {
 			s.grpc.Stop()
 			<-stopped
 		}
-		if s.follower != nil {
-			<-s.follower.done
+		if f := s.currentRole().f; f != nil {
+			<-f.done
 		}
 		if err := s.store.Close(); err != nil {
 			s.log.Error("closing the store", "err", err)
@@ -348,11 +348,16 @@ func (s *Server) Write(ctx context.Context, b store.Batch) (store.Commit, error)
 // writeWith is Write with the batch made from the current snapshot, under
 // the write lock (replace-all writes compute their deletes this way).
 func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.Batch, error), sources map[store.Key]string) (store.Commit, error) {
-	if s.cfg.Follow != "" {
-		return store.Commit{}, &NotPrimaryError{Primary: s.cfg.Follow}
-	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	if r := s.currentRole(); !r.primary {
+		return store.Commit{}, &NotPrimaryError{Primary: r.follow}
+	}
+	return s.writeLocked(ctx, mk, sources)
+}
+
+// writeLocked is writeWith with writeMu held and the role checked.
+func (s *Server) writeLocked(ctx context.Context, mk func(base *Snapshot) (store.Batch, error), sources map[store.Key]string) (store.Commit, error) {
 	start := time.Now()
 	base := s.snap.Load()
 	b, err := mk(base)
@@ -386,6 +391,9 @@ func (s *Server) writeWith(ctx context.Context, mk func(base *Snapshot) (store.B
 type NotPrimaryError struct{ Primary string }
 
 func (e *NotPrimaryError) Error() string {
+	if e.Primary == "" {
+		return "this replica is not the primary and does not know the primary yet (standby): retry, or send writes to the primary"
+	}
 	return fmt.Sprintf("this replica is a follower: send writes to the primary at %s", e.Primary)
 }
 

@@ -66,8 +66,8 @@ func (s *Server) serveWrites(stream arbiterv1.SyncService_SyncServer, w *arbiter
 
 // WriteBatch decodes and applies one write batch.
 func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbiterv1.WriteAck, error) {
-	if s.cfg.Follow != "" {
-		return nil, &NotPrimaryError{Primary: s.cfg.Follow}
+	if r := s.currentRole(); !r.primary {
+		return nil, &NotPrimaryError{Primary: r.follow}
 	}
 	upserts := make([]store.Change, 0, len(w.GetChanges()))
 	sources := map[store.Key]string{}
@@ -171,14 +171,16 @@ const snapshotChunkBytes = 1 << 20
 // revision on, in order; a snapshot when the history it needs is gone.
 // One goroutine sends; another receives the follower's acks.
 func (s *Server) serveFollower(stream arbiterv1.SyncService_SyncServer, req *arbiterv1.FollowRequest) error {
-	if s.cfg.Follow != "" {
-		return toStatus(&NotPrimaryError{Primary: s.cfg.Follow})
+	r := s.currentRole()
+	if !r.primary {
+		return toStatus(&NotPrimaryError{Primary: r.follow})
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	// Follow streams never end on their own: end them when the server shuts
-	// down, so a graceful stop does not wait for them.
-	defer context.AfterFunc(s.runCtx, cancel)()
+	// down, so a graceful stop does not wait for them, or when the replica
+	// stops being the primary, so its followers look for the new one.
+	defer context.AfterFunc(r.ctx, cancel)()
 	id := req.GetReplicaId()
 	addr := ""
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {

@@ -8,7 +8,9 @@
 // Every write is one bbolt transaction that applies a batch of upserts and
 // deletes and produces revision N+1 with the digest of the whole content at
 // N+1 and a changelog entry, all persisted together. An empty store is at
-// revision 0. A batch that changes nothing produces no revision. Writes are
+// revision 0. A batch that changes nothing produces no revision (unless its
+// MinRevision asks for one: a primary starting a new term jumps to a revision
+// above any earlier term's, dropping the history before it). Writes are
 // serialized; reads (List, Get, ChangesSince) use short read transactions and
 // copy everything they return out of bbolt's memory.
 //

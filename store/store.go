@@ -100,6 +100,15 @@ type Batch struct {
 	// revision (see Options.KeepRevisions), are local to this store (not
 	// replicated through change sets) and are dropped by ReplaceAll.
 	IdempotencyKey string
+	// MinRevision, when greater than the current revision, makes the batch
+	// commit at revision MinRevision instead of current+1, even when it
+	// changes nothing (an empty change set). When that skips revisions, the
+	// history before it is dropped (Oldest becomes MinRevision-1), so the
+	// changelog stays contiguous and every follower resumes from a snapshot.
+	// A primary starting a new term uses it to put its revisions above
+	// anything an earlier primary could have produced. Zero, or a value at or
+	// below the current revision, changes nothing.
+	MinRevision uint64
 }
 
 // Commit is the result of Apply.

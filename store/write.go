@@ -46,7 +46,8 @@ func (p *Pending) live() {
 func (p *Pending) Base() uint64 { return p.base }
 
 // Revision returns the revision the write will produce. It is Base()+1 except
-// for ReplaceAll, which installs the snapshot's revision.
+// for ReplaceAll, which installs the snapshot's revision, and for a batch whose
+// MinRevision is higher.
 func (p *Pending) Revision() uint64 { return p.rev }
 
 // Digest returns the content digest the write will produce.
@@ -92,8 +93,8 @@ func (p *Pending) ForEach(fn func(Object) error) error {
 }
 
 // Apply writes a batch: the primary write path. See Batch for the semantics of
-// no-op changes, ExpectedRevision and IdempotencyKey (an idempotency replay
-// is checked first, then the expected revision). When validate is not nil it
+// no-op changes, ExpectedRevision, IdempotencyKey and MinRevision (an
+// idempotency replay is checked first, then the expected revision). When validate is not nil it
 // vets the would-be state before commit (see ValidateFunc). Cancelling ctx
 // before the commit point abandons the write.
 func (s *Store) Apply(ctx context.Context, b Batch, validate ValidateFunc) (Commit, error) {
@@ -160,7 +161,8 @@ func (s *Store) Apply(ctx context.Context, b Batch, validate ValidateFunc) (Comm
 		eff = append(eff, Change{Op: it.op, Key: it.key, Value: it.value})
 	}
 
-	if len(eff) == 0 {
+	bump := b.MinRevision > cur.Revision
+	if len(eff) == 0 && !bump {
 		c := Commit{Revision: cur.Revision, Digest: cur.Digest, Time: cur.Time, Unchanged: true}
 		if b.IdempotencyKey != "" {
 			rec := idemRecord{rev: cur.Revision, time: cur.Time, unchanged: true, digest: cur.Digest}
@@ -180,6 +182,12 @@ func (s *Store) Apply(ctx context.Context, b Batch, validate ValidateFunc) (Comm
 	}
 
 	m.rev++
+	if bump && b.MinRevision > m.rev {
+		// Revisions are skipped: drop the history before the new one (compact
+		// removes the entries and their idempotency records).
+		m.rev = b.MinRevision
+		m.oldest = m.rev - 1
+	}
 	m.time = now()
 	digest := renderDigest(m.sum, m.count)
 	if err := runValidate(ctx, validate, tx, cur.Revision, m, digest, eff); err != nil {

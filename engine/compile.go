@@ -74,7 +74,7 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
-	var vapObjs, others []*Object
+	var vapObjs, others, psaObjs []*Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -119,6 +119,8 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 				seen[id] = true
 				vapObjs = append(vapObjs, o)
 			}
+		case ClassPodSecurityConfiguration:
+			psaObjs = append(psaObjs, o)
 		case ClassResource:
 			others = append(others, o)
 		}
@@ -172,7 +174,10 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 	}
 	c.mu.Unlock()
 	ps.vap, vapErrs = c.vap.compileVAP(vapObjs, others, ps.namespaces)
-	if errs = append(errs, vapErrs...); len(errs) > 0 {
+	errs = append(errs, vapErrs...)
+	var psaErrs LoadErrors
+	ps.psa, psaErrs = compilePSA(psaObjs)
+	if errs = append(errs, psaErrs...); len(errs) > 0 {
 		return nil, errs
 	}
 	if !opts.KeepOrder {
@@ -194,6 +199,7 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 		})
 	}
 	ps.exceptions = excs
+	ps.psa.bind(excs)
 	var images, values uint64
 	for _, ex := range excs {
 		images += uint64(len(ex.Spec.Images))
@@ -276,6 +282,8 @@ type PolicySet struct {
 	shared map[string]bool
 	// vap holds the ValidatingAdmissionPolicies, bindings and params.
 	vap *vapState
+	// psa holds the Pod Security configuration and the exceptions of its levels.
+	psa *psaState
 }
 
 type entry struct {
@@ -397,6 +405,9 @@ func (ps *PolicySet) candidates(resource string) []*entry {
 // HasPolicy says whether the set has a policy of that kind and name (in any
 // namespace, as exceptions reference policies by name only).
 func (ps *PolicySet) HasPolicy(kind, name string) bool {
+	if kind == KindPodSecurity {
+		return isPSALevel(name)
+	}
 	for _, e := range ps.entries {
 		if e.policy.Kind == kind && e.policy.Name == name {
 			return true

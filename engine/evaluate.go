@@ -132,6 +132,7 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *Request) *Decision {
 	}
 	d.applyActions()
 	ps.finishDecision(ctx, req, d)
+	ps.evaluatePSA(rq, d)
 	d.Cost = rq.cost
 	return d
 }

@@ -105,6 +105,9 @@ func compileException(env *celenv.Env, o *Object) (*Exception, *LoadError) {
 		if r.Kind == "" {
 			return nil, loadErr(o, fmt.Sprintf("spec.policyRefs[%d].kind", i), "must specify policy kind")
 		}
+		if err := checkPSARef(o, i, r, spec); err != nil {
+			return nil, err
+		}
 		if r.Kind == KindNamespacedValidatingPolicy {
 			kinds[1] = true
 		} else {

@@ -41,6 +41,7 @@ func NewObject(source string, content map[string]any) *Object {
 		o.Name, _ = md["name"].(string)
 		o.Namespace, _ = md["namespace"].(string)
 	}
+	defaultPSAName(o)
 	o.id = identity(o)
 	return o
 }
@@ -122,6 +123,9 @@ const (
 	ClassVAP
 	// ClassVAPBinding is a ValidatingAdmissionPolicyBinding.
 	ClassVAPBinding
+	// ClassPodSecurityConfiguration is the Pod Security Admission
+	// configuration (pod-security.admission.config.k8s.io PodSecurityConfiguration).
+	ClassPodSecurityConfiguration
 )
 
 // unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
@@ -150,6 +154,9 @@ func Classify(o *Object) Class {
 		return ClassNamespace
 	}
 	if c, ok := classifyVAP(o); ok {
+		return c
+	}
+	if c, ok := classifyPSA(o); ok {
 		return c
 	}
 	return ClassResource

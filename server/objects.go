@@ -50,7 +50,7 @@ func notParams(objs []*engine.Object, set *engine.PolicySet) error {
 
 func notPolicyObject(o *engine.Object) *engine.LoadError {
 	return &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "kind",
-		Detail: fmt.Sprintf("%s is not a policy object: the store holds ValidatingPolicy, NamespacedValidatingPolicy, PolicyException, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding and Namespace objects, and params of a ValidatingAdmissionPolicy (objects of its paramKind); evaluate resources with Decide, arbiter decide or arbiter apply", o.Kind)}
+		Detail: fmt.Sprintf("%s is not a policy object: the store holds ValidatingPolicy, NamespacedValidatingPolicy, PolicyException, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding and Namespace objects, a PodSecurityConfiguration, and params of a ValidatingAdmissionPolicy (objects of its paramKind); evaluate resources with Decide, arbiter decide or arbiter apply", o.Kind)}
 }
 
 // encodeObject renders an object as the canonical JSON the store keeps.

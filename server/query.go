@@ -39,6 +39,7 @@ func (s *Server) Status(ctx context.Context, _ *arbiterv1.StatusRequest) (*arbit
 	} else {
 		resp.Followers = s.followers.list(snap.Revision, snap.Time)
 	}
+	resp.Warnings = append(resp.Warnings, snap.Set.PodSecurityWarnings()...)
 	resp.Serving = s.isServing()
 	return resp, nil
 }

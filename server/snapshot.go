@@ -137,6 +137,7 @@ func (s *Server) swap(next *Snapshot) {
 	if prev != nil {
 		close(prev.next)
 	}
+	s.logPodSecurity(prev, next)
 	s.onSwap(next)
 }
 

@@ -85,6 +85,9 @@ func compile(objs []*engine.Object, opts engine.Options) (*engine.PolicySet, err
 		}
 		return nil, exitWith(exitLoad, "%v", err)
 	}
+	for _, w := range ps.PodSecurityWarnings() {
+		fmt.Fprintf(os.Stderr, "warning: %s: %s\n", ps.PodSecurityConfiguration().Source, w)
+	}
 	return ps, nil
 }
 

@@ -56,9 +56,16 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 	var payload [][]byte
 	var sources []string
 	params := engine.ParamObjects(objs)
+	var psaConfig *engine.Object
 	for _, o := range objs {
 		if engine.Classify(o) == engine.ClassResource && !params[o] {
-			return exitWith(exitLoad, "%s: %s is not a policy object (the store holds policies, exceptions, ValidatingAdmissionPolicies and their bindings and params, and Namespaces)", o.Source, o.Ref())
+			return exitWith(exitLoad, "%s: %s is not a policy object (the store holds policies, exceptions, ValidatingAdmissionPolicies and their bindings and params, Namespaces and a PodSecurityConfiguration)", o.Source, o.Ref())
+		}
+		if engine.Classify(o) == engine.ClassPodSecurityConfiguration {
+			if psaConfig != nil {
+				return exitWith(exitLoad, "%s: %s: kind: a second PodSecurityConfiguration (%s is already in %s): a set holds at most one", o.Source, o.Ref(), psaConfig.Ref(), psaConfig.Source)
+			}
+			psaConfig = o
 		}
 		b, err := json.Marshal(o.Content)
 		if err != nil {

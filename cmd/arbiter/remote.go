@@ -30,7 +30,7 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 				return nil, nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
 			}
 			namespaces[o.Name] = st
-		case engine.ClassPolicy, engine.ClassException, engine.ClassUnsupported, engine.ClassVAP, engine.ClassVAPBinding:
+		case engine.ClassPolicy, engine.ClassException, engine.ClassUnsupported, engine.ClassVAP, engine.ClassVAPBinding, engine.ClassPodSecurityConfiguration:
 			return nil, nil, exitWith(exitLoad, "%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
 		}
 	}

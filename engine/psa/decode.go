@@ -3,6 +3,7 @@ package psa
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -40,67 +41,77 @@ func decode(obj map[string]any, into any) error {
 	return sigsjson.UnmarshalCaseSensitivePreserveInts(data, into)
 }
 
-// extractPodSpec decodes a workload and returns its pod template's
-// metadata and spec, as admission.DefaultPodSpecExtractor does (nil, nil
-// for a ReplicationController without a template).
+// decodePod decodes the part of a Pod that Pod Security reads.
+func decodePod(obj map[string]any, into *corev1.Pod) error {
+	if obj == nil {
+		return errNoObject
+	}
+	return decodeProjected(obj, &into.ObjectMeta, &into.Spec)
+}
+
+// templatePaths are where the workload resources hold their pod template.
+var templatePaths = map[schema.GroupResource][]string{
+	corev1.Resource("podtemplates"):           {"template"},
+	corev1.Resource("replicationcontrollers"): {"spec", "template"},
+	appsv1.Resource("replicasets"):            {"spec", "template"},
+	appsv1.Resource("deployments"):            {"spec", "template"},
+	appsv1.Resource("daemonsets"):             {"spec", "template"},
+	appsv1.Resource("statefulsets"):           {"spec", "template"},
+	batchv1.Resource("jobs"):                  {"spec", "template"},
+	batchv1.Resource("cronjobs"):              {"spec", "jobTemplate", "spec", "template"},
+}
+
+// extractPodSpec returns a workload's pod template's metadata and spec, as
+// admission.DefaultPodSpecExtractor does (nil, nil for a
+// ReplicationController without a template; an empty template for the
+// other kinds, whose template is not optional).
 func extractPodSpec(gr schema.GroupResource, obj map[string]any) (*metav1.ObjectMeta, *corev1.PodSpec, error) {
-	var template *corev1.PodTemplateSpec
-	switch gr {
-	case corev1.Resource("podtemplates"):
-		var o corev1.PodTemplate
-		if err := decode(obj, &o); err != nil {
-			return nil, nil, err
-		}
-		template = &o.Template
-	case corev1.Resource("replicationcontrollers"):
-		var o corev1.ReplicationController
-		if err := decode(obj, &o); err != nil {
-			return nil, nil, err
-		}
-		template = o.Spec.Template
-	case appsv1.Resource("replicasets"):
-		var o appsv1.ReplicaSet
-		if err := decode(obj, &o); err != nil {
-			return nil, nil, err
-		}
-		template = &o.Spec.Template
-	case appsv1.Resource("deployments"):
-		var o appsv1.Deployment
-		if err := decode(obj, &o); err != nil {
-			return nil, nil, err
-		}
-		template = &o.Spec.Template
-	case appsv1.Resource("daemonsets"):
-		var o appsv1.DaemonSet
-		if err := decode(obj, &o); err != nil {
-			return nil, nil, err
-		}
-		template = &o.Spec.Template
-	case appsv1.Resource("statefulsets"):
-		var o appsv1.StatefulSet
-		if err := decode(obj, &o); err != nil {
-			return nil, nil, err
-		}
-		template = &o.Spec.Template
-	case batchv1.Resource("jobs"):
-		var o batchv1.Job
-		if err := decode(obj, &o); err != nil {
-			return nil, nil, err
-		}
-		template = &o.Spec.Template
-	case batchv1.Resource("cronjobs"):
-		var o batchv1.CronJob
-		if err := decode(obj, &o); err != nil {
-			return nil, nil, err
-		}
-		template = &o.Spec.JobTemplate.Spec.Template
-	default:
+	path, ok := templatePaths[gr]
+	if !ok {
 		return nil, nil, errors.New("unexpected resource " + gr.String())
 	}
-	if template == nil {
+	if obj == nil {
+		return nil, nil, errNoObject
+	}
+	var cur any = obj
+	for i, k := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: expected an object, got %s", strings.Join(path[:i], "."), jsonType(cur))
+		}
+		if cur, ok = m[k]; !ok || cur == nil {
+			cur = nil
+			break
+		}
+	}
+	if cur == nil && gr == corev1.Resource("replicationcontrollers") {
 		return nil, nil, nil
 	}
+	var template corev1.PodTemplateSpec
+	if cur != nil {
+		tm, ok := cur.(map[string]any)
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: expected an object, got %s", strings.Join(path, "."), jsonType(cur))
+		}
+		if err := decodeProjected(tm, &template.ObjectMeta, &template.Spec); err != nil {
+			return nil, nil, err
+		}
+	}
 	return &template.ObjectMeta, &template.Spec, nil
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case nil:
+		return "null"
+	}
+	return "a number"
 }
 
 // SignificantPodUpdate says whether a Pod update is checked: upstream's

@@ -322,14 +322,14 @@ func (c *Config) validatePod(req *Request) *Response {
 		return r
 	}
 	var pod corev1.Pod
-	if err := decode(req.Object, &pod); err != nil {
+	if err := decodePod(req.Object, &pod); err != nil {
 		r := errorResponse(err, apierrors.NewBadRequest("failed to decode object").ErrStatus, nil)
 		r.Results = results(nsPolicy, true, OutcomeError, "failed to decode object: "+err.Error())
 		return r
 	}
 	if req.Operation == "UPDATE" {
 		var oldPod corev1.Pod
-		if err := decode(req.OldObject, &oldPod); err != nil {
+		if err := decodePod(req.OldObject, &oldPod); err != nil {
 			r := errorResponse(err, apierrors.NewBadRequest("failed to decode old object").ErrStatus, nil)
 			r.Results = results(nsPolicy, true, OutcomeError, "failed to decode old object: "+err.Error())
 			return r

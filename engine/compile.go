@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 
@@ -21,6 +22,15 @@ type Compiler struct {
 	policies   map[string]cachedPolicy
 	exceptions map[string]cachedException
 	vap        vapCache
+	// indexes are the exception indexes of the last compilation, by
+	// policy: a policy whose exceptions are the same (compiled) ones
+	// keeps its index.
+	indexes map[PolicyRef]cachedIndex
+}
+
+type cachedIndex struct {
+	exceptions []*Exception
+	index      *exceptionIndex
 }
 
 type cachedPolicy struct {
@@ -215,18 +225,26 @@ func (c *Compiler) Compile(objs []*Object, opts Options) (*PolicySet, error) {
 	// Bind exceptions to the policies they name (exact kind and name).
 	byRef := map[PolicyRef][]*Exception{}
 	for _, ex := range excs {
-		seenRef := map[PolicyRef]bool{}
-		for _, r := range ex.Spec.PolicyRefs {
-			if !seenRef[r] {
-				seenRef[r] = true
+		for i, r := range ex.Spec.PolicyRefs {
+			if !slices.Contains(ex.Spec.PolicyRefs[:i], r) {
 				byRef[r] = append(byRef[r], ex)
 			}
 		}
 	}
+	c.mu.Lock()
+	indexes := make(map[PolicyRef]cachedIndex, len(pols))
 	for _, p := range pols {
-		excs := byRef[PolicyRef{Name: p.Name, Kind: p.Kind}]
-		ps.entries = append(ps.entries, &entry{policy: p, exceptions: excs, index: newExceptionIndex(excs)})
+		ref := PolicyRef{Name: p.Name, Kind: p.Kind}
+		excs := byRef[ref]
+		cached, ok := c.indexes[ref]
+		if !ok || !slices.Equal(cached.exceptions, excs) {
+			cached = cachedIndex{exceptions: excs, index: newExceptionIndex(excs)}
+		}
+		indexes[ref] = cached
+		ps.entries = append(ps.entries, &entry{policy: p, exceptions: excs, index: cached.index})
 	}
+	c.indexes = indexes
+	c.mu.Unlock()
 	ps.index()
 	return ps, nil
 }

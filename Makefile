@@ -5,7 +5,7 @@ LISTEN  ?= 127.0.0.1:50051
 DATA    ?= data
 BUF     := $(GO) tool -modfile=tools/go.mod buf
 
-.PHONY: all build run test test-short bench proto proto-check lint fuzz conformance clean loadtest hostile fuzz-server
+.PHONY: all build run test test-short test-k8s bench proto proto-check lint fuzz conformance clean loadtest hostile fuzz-server
 
 all: build
 
@@ -26,6 +26,17 @@ test: proto-check
 
 test-short:
 	$(GO) test -short -count=1 ./...
+
+# Tests against a real kube-apiserver + etcd (../shared/k8s/run-apiserver,
+# built from Go modules once per machine: ~10 min on 2 cores, then cached):
+# the Kubernetes source, HA primaries elected with a Lease, and every other
+# test that skips without ARBITER_K8S_RUN. K8S_PKGS and K8S_RUN_TESTS narrow it.
+K8S_RUN       ?= $(abspath ../shared/k8s/run-apiserver)
+K8S_PKGS      ?= ./kubesource/ ./e2e/
+K8S_RUN_TESTS ?= .
+test-k8s:
+	$(K8S_RUN) --build-only >/dev/null
+	ARBITER_K8S_RUN=$(K8S_RUN) $(GO) test -count=1 -timeout 30m -run '$(K8S_RUN_TESTS)' $(K8S_PKGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/... ./server/... ./store/...

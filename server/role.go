@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/grpc"
+
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/store"
 )
@@ -99,6 +101,14 @@ func (s *Server) Follow(addr string) {
 		s.log.Info("role: standby (no primary known)")
 	}
 	s.updateHealth()
+}
+
+// AddFollowDialOptions adds to Config.FollowDialOptions, for a replica
+// whose primary is known only at run time. Call it before Follow.
+func (s *Server) AddFollowDialOptions(opts ...grpc.DialOption) {
+	s.roles.mu.Lock()
+	defer s.roles.mu.Unlock()
+	s.cfg.FollowDialOptions = append(s.cfg.FollowDialOptions[:len(s.cfg.FollowDialOptions):len(s.cfg.FollowDialOptions)], opts...)
 }
 
 // Standby is Follow("").

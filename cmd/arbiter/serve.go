@@ -64,6 +64,9 @@ type serveOptions struct {
 
 	// authorization is the `authorization:` section of the config file.
 	authorization *authzSection
+
+	// kube are the --kube-source flags (kube.go).
+	kube kubeOptions
 }
 
 type decisionLogOptions struct {
@@ -168,6 +171,7 @@ func addServeFlags(f *pflag.FlagSet, o *serveOptions) {
 	f.Float64Var(&o.decisionLog.sampleDenied, "decision-log-sample-denied", 1, "fraction of denied decisions logged")
 	f.BoolVar(&o.decisionLog.objects, "decision-log-objects", false, "include the request's object and oldObject (masked) in decision log lines")
 	f.StringArrayVar(&o.decisionLog.masks, "decision-log-mask", decisionlog.DefaultMasks, `field masked in logged objects, KIND:PATH ("*" kind: every kind; "none": no masks; repeatable)`)
+	addKubeFlags(f, &o.kube)
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {
@@ -280,6 +284,11 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		lis.Close()
 		return exitWith(exitLoad, "%v", err)
+	}
+	if err := startKube(srv, o, lis.Addr().String(), log); err != nil {
+		srv.Shutdown(context.Background())
+		lis.Close()
+		return err
 	}
 	if reg != nil {
 		reg.RegisterState(srv.State)

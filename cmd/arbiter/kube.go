@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/internal/certs"
+	"github.com/arbiter-pdp/arbiter/kubesource"
+	"github.com/arbiter-pdp/arbiter/server"
+)
+
+// kubeOptions are serve's Kubernetes source flags.
+type kubeOptions struct {
+	enabled        bool
+	kubeconfig     string
+	leaseName      string
+	leaseNamespace string
+	advertise      string
+	leaseDuration  time.Duration
+	renewDeadline  time.Duration
+	retryPeriod    time.Duration
+	resync         time.Duration
+}
+
+func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
+	f.BoolVar(&o.enabled, "kube-source", false, "feed the store from the Kubernetes API server: policies, exceptions, ValidatingAdmissionPolicies and bindings, Namespaces and params (replicas elect their primary with --lease-name)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "--kube-source: kubeconfig of the API server (default: in-cluster configuration)")
+	f.StringVar(&o.leaseName, "lease-name", "arbiter-primary", `--kube-source: the Lease that elects the primary among replicas ("": no election, this replica is the primary)`)
+	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "--kube-source: namespace of the Lease (default $POD_NAMESPACE, the pod's namespace in-cluster, else default)")
+	f.StringVar(&o.advertise, "advertise-address", "", "--kube-source: gRPC address followers reach this replica at, carried in the Lease (default --listen, its host $POD_IP when it listens on every address)")
+	f.DurationVar(&o.leaseDuration, "lease-duration", 15*time.Second, "--kube-source: how long a Lease lasts without renewal (failover takes about this long)")
+	f.DurationVar(&o.renewDeadline, "lease-renew-deadline", 10*time.Second, "--kube-source: a primary that cannot renew its Lease for this long steps down (less than --lease-duration)")
+	f.DurationVar(&o.retryPeriod, "lease-retry-period", 2*time.Second, "--kube-source: how often the Lease is tried and renewed")
+	f.DurationVar(&o.resync, "kube-resync", 10*time.Minute, "--kube-source: how often the whole store is compared with the cluster")
+}
+
+// startKube is serve's hook for --kube-source, called after server.New and
+// before the server takes calls: with an election the replica starts as a
+// standby and RunHA makes it the primary or a follower; without one it is
+// the primary and the source runs at once. Both stop, and the Lease is
+// released, at the start of srv.Shutdown.
+func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Logger) error {
+	k := &o.kube
+	if !k.enabled {
+		if k.kubeconfig != "" || k.advertise != "" {
+			return exitWith(exitLoad, "--kubeconfig and --advertise-address apply to --kube-source")
+		}
+		return nil
+	}
+	switch {
+	case o.follow != "":
+		return exitWith(exitLoad, "--kube-source and --follow contradict each other: with --kube-source the replicas elect their primary (--lease-name); without an election give only --kube-source")
+	case len(o.load) > 0:
+		return exitWith(exitLoad, "--load and --kube-source contradict each other: the cluster is the source of the store's policies")
+	}
+	klog.SetSlogLogger(log.With("component", "client-go")) // client-go's logs as the server's
+	rc, err := kubeRestConfig(k.kubeconfig)
+	if err != nil {
+		return exitWith(exitLoad, "--kube-source: %v", err)
+	}
+	src := kubesource.Config{Rest: rc, Logger: log, Resync: k.resync}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	if k.leaseName == "" {
+		s, err := kubesource.New(src, srv)
+		if err != nil {
+			cancel()
+			return exitWith(exitLoad, "--kube-source: %v", err)
+		}
+		go func() {
+			defer close(done)
+			_ = s.Run(ctx)
+		}()
+		log.Info("Kubernetes source on, without election: this replica is the primary")
+	} else {
+		addr, err := advertiseAddress(k.advertise, listen)
+		if err != nil {
+			cancel()
+			return err
+		}
+		opts, err := kubeFollowDialOptions(o, addr, log)
+		if err != nil {
+			cancel()
+			return err
+		}
+		srv.AddFollowDialOptions(opts...)
+		ns := k.leaseNamespace
+		if ns == "" {
+			ns = podNamespace()
+		}
+		cfg := kubesource.HAConfig{Source: src, LeaseName: k.leaseName, LeaseNamespace: ns, Address: addr,
+			LeaseDuration: k.leaseDuration, RenewDeadline: k.renewDeadline, RetryPeriod: k.retryPeriod}
+		srv.Standby()
+		go func() {
+			defer close(done)
+			if err := kubesource.RunHA(ctx, srv, cfg); err != nil {
+				log.Error("Kubernetes source", "err", err)
+			}
+		}()
+		log.Info("Kubernetes source on, primary elected with a Lease", "lease", ns+"/"+k.leaseName, "advertise", addr)
+	}
+	srv.OnShutdown(func(sctx context.Context) {
+		cancel()
+		select {
+		case <-done:
+		case <-sctx.Done():
+		}
+	})
+	return nil
+}
+
+func kubeRestConfig(kubeconfig string) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = "arbiter/" + version()
+	return rc, nil
+}
+
+// advertiseAddress is --advertise-address, or the listen address (with
+// $POD_IP for its host when it listens on every address).
+func advertiseAddress(flag, listen string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", exitWith(exitLoad, "--advertise-address: %v", err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		pod := os.Getenv("POD_IP")
+		if pod == "" {
+			return "", exitWith(exitLoad, "--kube-source: the replica listens on every address (%s): give --advertise-address (the address followers reach it at), or set POD_IP", listen)
+		}
+		return net.JoinHostPort(pod, port), nil
+	}
+	return listen, nil
+}
+
+// podNamespace is the Lease's default namespace.
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return "default"
+}
+
+// kubeFollowDialOptions are how a replica reaches the primaries the Lease
+// names, from the --follow-* flags (the same rules as --follow: TLS when
+// the server has TLS or --follow-ca-file/--follow-cert-file are given;
+// plaintext only to loopback addresses unless --insecure).
+func kubeFollowDialOptions(o *serveOptions, advertise string, log *slog.Logger) ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	tlsOn := o.tlsCert != "" || o.tlsKey != ""
+	followTLS := tlsOn || o.followCA != "" || o.followCert != ""
+	if followTLS {
+		files := certs.Files{CA: first(o.followCA, o.tlsClientCA), Cert: first(o.followCert, o.tlsCert), Key: first(o.followKey, o.tlsKey)}
+		r, err := certs.New(files, certs.Options{Interval: o.tlsReload, Logger: log})
+		if err != nil {
+			return nil, exitWith(exitLoad, "follower TLS: %v", err)
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(r.ClientConfig(o.followServerName))))
+	} else if !isLoopback(advertise) && !o.insecure {
+		return nil, exitWith(exitLoad, "--kube-source: replicas would follow each other over plaintext at %s, which is not a loopback address; serve with TLS (--tls-cert, and --follow-ca-file), or --insecure", advertise)
+	}
+	if o.followTokenFile != "" {
+		if !followTLS {
+			return nil, exitWith(exitLoad, "--follow-token-file needs TLS to the primary (bearer tokens are never sent in plaintext)")
+		}
+		c, err := client.TokenFileCredentials(o.followTokenFile)
+		if err != nil {
+			return nil, exitWith(exitLoad, "--follow-token-file: %v", err)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(c))
+	}
+	return opts, nil
+}

@@ -21,6 +21,9 @@ run: build
 test: proto-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	# The ValidatingAdmissionPolicy cases that exhaust the CEL cost budget,
+	# skipped under -race (too slow there).
+	$(GO) test -count=1 -run 'TestDifferential' ./engine/vap/
 	$(GO) test -run '^$$' -fuzz FuzzParse$$ -fuzztime 10s ./engine/manifest
 	$(GO) test -run '^$$' -fuzz FuzzDecodeJSON -fuzztime 10s ./engine/manifest
 

@@ -1,0 +1,5 @@
+//go:build !race
+
+package vap_test
+
+const raceEnabled = false

@@ -11,13 +11,18 @@ type Applicable struct {
 	// Variant is "" or the autogen configuration that matched.
 	Variant    string
 	Exceptions []ApplicableException
+	// PodSecurity is set when Policy is a Pod Security level (kind
+	// PodSecurity): the level as it applies to the request — the modes and
+	// versions of the request's namespace, their actions and resources.
+	PodSecurity *PodSecurityInfo
 }
 
 // ApplicableException says whether an exception would match a request.
 type ApplicableException struct {
 	Exception *Exception
 	// Match is "matches", "does not match", "expired", "error: ..." or
-	// "not evaluated" (no object given).
+	// "not evaluated" (no object given; or the object is a Namespace and
+	// the exception names a Pod Security level).
 	Match string
 	// HasControls says the exception is granted only if its compensating
 	// controls hold (they are not evaluated here).
@@ -27,7 +32,8 @@ type ApplicableException struct {
 // Applicable returns the policies whose match constraints (and evaluation
 // gates) select the request, without evaluating their validations; with
 // evaluate, each bound exception's matchConditions are evaluated against
-// the request's object.
+// the request's object. The Pod Security levels that apply come last
+// (applicablePSA).
 func (ps *PolicySet) Applicable(ctx context.Context, req *Request, evaluate bool) []Applicable {
 	rq := newEvalRequest(ctx, ps, req)
 	var out []Applicable
@@ -83,5 +89,5 @@ func (ps *PolicySet) Applicable(ctx context.Context, req *Request, evaluate bool
 		}
 		out = append(out, a)
 	}
-	return out
+	return append(out, ps.applicablePSA(rq, evaluate)...)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -93,6 +94,9 @@ type psaState struct {
 	// apply and Pod Security only acts in labelled namespaces).
 	object *Object
 	levels map[api.Level]*psaLevel
+	// infos are the levels as policies (PodSecurityInfos), computed once.
+	infosOnce sync.Once
+	infos     []PodSecurityInfo
 }
 
 // psaLevel is a level with the exceptions bound to it.

@@ -50,7 +50,49 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 			resp.Policies = append(resp.Policies, info)
 		}
 	}
+	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == engine.KindPodSecurity) {
+		for _, l := range snap.Set.PodSecurityInfos() {
+			info := s.podSecurityInfo(snap, l, !in.GetWithoutManifests())
+			if in.GetAction() != "" && !slices.Contains(info.Actions, in.GetAction()) {
+				continue
+			}
+			if sel != nil && !sel.Matches(labels.Set(info.Labels)) {
+				continue
+			}
+			resp.Policies = append(resp.Policies, info)
+		}
+	}
 	return resp, nil
+}
+
+// policyCount is the number of policies ListPolicies lists without a
+// filter: Kyverno policies, ValidatingAdmissionPolicies and Pod Security
+// levels.
+func policyCount(set *engine.PolicySet) int {
+	return len(set.Policies()) + len(set.VAPInfos()) + len(set.PodSecurityInfos())
+}
+
+// podSecurityInfo describes a Pod Security level as a policy of kind
+// PodSecurity named by the level: where it is in effect (modes, versions,
+// namespaces), its actions (the modes), the resources it checks, its
+// exceptions; its manifest is the PodSecurityConfiguration, if any. It has
+// no labels or annotations. A level in effect nowhere (listed because
+// exceptions name it) is neither admission- nor background-enabled.
+func (s *Server) podSecurityInfo(snap *Snapshot, l engine.PodSecurityInfo, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{
+		Kind: engine.KindPodSecurity, Name: l.Level, Actions: l.Actions, Resources: l.Resources,
+		AdmissionEnabled: len(l.Uses) > 0, BackgroundEnabled: len(l.Uses) > 0,
+	}
+	for _, u := range l.Uses {
+		info.PodSecurity = append(info.PodSecurity, &arbiterv1.PodSecurityUse{Mode: u.Mode, Version: u.Version, Namespaces: u.Namespaces, Defaults: u.Defaults})
+	}
+	for _, ex := range l.Exceptions {
+		info.Exceptions = append(info.Exceptions, ex.Key())
+	}
+	if cfg := snap.Set.PodSecurityConfiguration(); manifest && cfg != nil {
+		info.ManifestJson = s.manifest(snap, KeyOf(cfg))
+	}
+	return info
 }
 
 // vapInfo describes a ValidatingAdmissionPolicy: its actions are its
@@ -110,6 +152,17 @@ func (s *Server) GetPolicy(ctx context.Context, in *arbiterv1.GetPolicyRequest) 
 				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
 			}
 			return resp, nil
+		}
+	}
+	if kind == engine.KindPodSecurity {
+		for _, l := range snap.Set.PodSecurityInfos() {
+			if l.Level == in.GetName() {
+				resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.podSecurityInfo(snap, l, true)}
+				for _, ex := range l.Exceptions {
+					resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
+				}
+				return resp, nil
+			}
 		}
 	}
 	if kind == engine.KindValidatingAdmissionPolicy {
@@ -202,7 +255,12 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 	}
 	resp := &arbiterv1.ApplicableResponse{Revision: snap.Revision, Digest: snap.Digest, Policies: []*arbiterv1.ApplicablePolicy{}}
 	for _, a := range snap.Set.Applicable(ctx, req, evaluate) {
-		ap := &arbiterv1.ApplicablePolicy{Policy: s.policyInfo(snap, a.Policy, false), Variant: a.Variant}
+		ap := &arbiterv1.ApplicablePolicy{Variant: a.Variant}
+		if a.PodSecurity != nil {
+			ap.Policy = s.podSecurityInfo(snap, *a.PodSecurity, false)
+		} else {
+			ap.Policy = s.policyInfo(snap, a.Policy, false)
+		}
 		for _, e := range a.Exceptions {
 			ap.Exceptions = append(ap.Exceptions, &arbiterv1.ApplicableException{Exception: s.exceptionInfo(snap, e.Exception, false), Match: e.Match})
 		}

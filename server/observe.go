@@ -131,7 +131,11 @@ func modeName(m engine.Mode) string {
 //     namespace and name, when none was granted);
 //   - expired: exceptions bound to a policy that applied whose expiresAt
 //     has passed (the engine ignores them; their matchConditions are not
-//     evaluated, so this counts "would have been considered").
+//     evaluated, so this counts "would have been considered"), once per
+//     decision. A Pod Security level applied unless its result is a skip
+//     other than by an exception (an exempt namespace, user or runtime
+//     class, or an update that changes nothing the checks read): its
+//     exceptions are consulted only when the level is checked.
 func (s *Server) exceptionOutcomes(snap *Snapshot, req *engine.Request, d *engine.Decision) decisionlog.Exceptions {
 	var out decisionlog.Exceptions
 	idx := s.expiryIndex(snap)
@@ -139,6 +143,7 @@ func (s *Server) exceptionOutcomes(snap *Snapshot, req *engine.Request, d *engin
 	if now.IsZero() {
 		now = time.Now()
 	}
+	var expired map[string]bool
 	for i := range d.Results {
 		r := &d.Results[i]
 		switch {
@@ -147,11 +152,15 @@ func (s *Server) exceptionOutcomes(snap *Snapshot, req *engine.Request, d *engin
 		case r.Rule == "" && len(r.Exceptions) > 0 && (r.Result == engine.ResultFail || r.Result == engine.ResultWarn || r.Result == engine.ResultError):
 			out.Refused = append(out.Refused, r.Exceptions...)
 		}
-		if len(idx.byPolicy) == 0 {
+		if len(idx.byPolicy) == 0 || r.PolicyKind == engine.KindPodSecurity && r.Result == engine.ResultSkip && r.Rule != "exception" {
 			continue
 		}
 		for _, e := range idx.byPolicy[r.PolicyKind+"/"+r.Policy] {
-			if e.Expired(now) {
+			if e.Expired(now) && !expired[e.Key()] {
+				if expired == nil {
+					expired = map[string]bool{}
+				}
+				expired[e.Key()] = true
 				out.Expired = append(out.Expired, e.Key())
 			}
 		}
@@ -159,7 +168,9 @@ func (s *Server) exceptionOutcomes(snap *Snapshot, req *engine.Request, d *engin
 	return out
 }
 
-// expiryIndex lists, per policy, its exceptions that have an expiresAt.
+// expiryIndex lists, per policy (kind/namespace/name as results name it:
+// PodSecurity/restricted for a Pod Security level), its exceptions that
+// have an expiresAt.
 type expiryIndex struct {
 	set      *engine.PolicySet
 	byPolicy map[string][]*engine.Exception
@@ -184,6 +195,18 @@ func (s *Server) expiryIndex(snap *Snapshot) *expiryIndex {
 			idx.byPolicy[k] = append(idx.byPolicy[k], e)
 		}
 	}
+	for _, level := range engine.PodSecurityLevels() {
+		for _, e := range snap.Set.PodSecurityExceptions(level) {
+			if e.ExpiresAt.IsZero() {
+				continue
+			}
+			if idx.byPolicy == nil {
+				idx.byPolicy = map[string][]*engine.Exception{}
+			}
+			k := engine.KindPodSecurity + "/" + level
+			idx.byPolicy[k] = append(idx.byPolicy[k], e)
+		}
+	}
 	s.expiries.p.Store(idx)
 	return idx
 }
@@ -199,7 +222,7 @@ func (s *Server) observeCommit(start time.Time) {
 func (s *Server) State() metrics.State {
 	snap := s.Current()
 	st := metrics.State{Revision: snap.Revision, Objects: snap.Objects(),
-		Policies: len(snap.Set.Policies()), Exceptions: len(snap.Set.Exceptions())}
+		Policies: policyCount(snap.Set), Exceptions: len(snap.Set.Exceptions())}
 	if r := s.currentRole(); !r.primary {
 		st.Follower = true
 		if r.f != nil {

@@ -191,7 +191,7 @@ func newGetCommand() *cobra.Command {
 				if q.output != "table" {
 					return writeProto(cmd.OutOrStdout(), q.output, resp)
 				}
-				writePolicies(cmd.OutOrStdout(), resp.GetRevision(), []*arbiterv1.PolicyInfo{resp.GetPolicy()})
+				writePolicies(cmd.OutOrStdout(), resp.GetRevision(), []*arbiterv1.PolicyInfo{resp.GetPolicy()}, true)
 				fmt.Fprintln(cmd.OutOrStdout())
 				writeExceptions(cmd.OutOrStdout(), resp.GetRevision(), resp.GetExceptions())
 				return nil
@@ -204,12 +204,12 @@ func newGetCommand() *cobra.Command {
 			if q.output != "table" {
 				return writeProto(cmd.OutOrStdout(), q.output, resp)
 			}
-			writePolicies(cmd.OutOrStdout(), resp.GetRevision(), resp.GetPolicies())
+			writePolicies(cmd.OutOrStdout(), resp.GetRevision(), resp.GetPolicies(), false)
 			return nil
 		},
 	}
 	q.add(policies)
-	policies.Flags().StringVar(&kind, "kind", "", "ValidatingPolicy or NamespacedValidatingPolicy")
+	policies.Flags().StringVar(&kind, "kind", "", "ValidatingPolicy, NamespacedValidatingPolicy, ValidatingAdmissionPolicy or PodSecurity (names baseline, restricted)")
 	policies.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace (namespaced policies)")
 	policies.Flags().StringVar(&action, "action", "", "only policies with this validationAction (Deny, Warn, Audit)")
 	policies.Flags().StringVarP(&selector, "selector", "l", "", "label selector")
@@ -299,6 +299,9 @@ func newGetCommand() *cobra.Command {
 				if p.GetVariant() != "" {
 					variant = " (autogen " + p.GetVariant() + ")"
 				}
+				for _, u := range p.GetPolicy().GetPodSecurity() {
+					variant += " " + u.GetMode() + "=" + name + ":" + u.GetVersion()
+				}
 				fmt.Fprintf(w, "  %s %s%s [%s]\n", p.GetPolicy().GetKind(), name, variant, strings.Join(p.GetPolicy().GetActions(), ","))
 				for _, e := range p.GetExceptions() {
 					fmt.Fprintf(w, "    exception %s: %s\n", qualifiedName(e.GetException().GetNamespace(), e.GetException().GetName()), e.GetMatch())
@@ -320,15 +323,72 @@ func qualifiedName(ns, name string) string {
 	return ns + "/" + name
 }
 
-func writePolicies(w io.Writer, rev uint64, ps []*arbiterv1.PolicyInfo) {
+// kindPodSecurity is the policy kind of the Pod Security levels.
+const kindPodSecurity = "PodSecurity"
+
+// writePolicies prints policies as a table and, when Pod Security levels
+// are among them, where each is in effect (all: every namespace; else at
+// most maxNamespaces per line).
+func writePolicies(w io.Writer, rev uint64, ps []*arbiterv1.PolicyInfo, all bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "KIND\tNAME\tACTIONS\tRESOURCES\tEXCEPTIONS\n")
+	var levels []*arbiterv1.PolicyInfo
 	for _, p := range ps {
+		resources := strings.Join(p.GetResources(), ",")
+		if p.GetKind() == kindPodSecurity {
+			levels = append(levels, p)
+			if n := len(p.GetResources()); n > 1 {
+				// v1/pods and the workload resources that embed a pod template.
+				resources = fmt.Sprintf("%s,+%d workload resources", p.GetResources()[0], n-1)
+			}
+		}
+		actions := strings.Join(p.GetActions(), ",")
+		if actions == "" {
+			actions = "-"
+		}
+		if resources == "" {
+			resources = "-"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", p.GetKind(), qualifiedName(p.GetNamespace(), p.GetName()),
-			strings.Join(p.GetActions(), ","), strings.Join(p.GetResources(), ","), len(p.GetExceptions()))
+			actions, resources, len(p.GetExceptions()))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "revision %d: %d policies\n", rev, len(ps))
+	if len(levels) > 0 {
+		fmt.Fprintln(w)
+		writePodSecurityUses(w, levels, all)
+	}
+}
+
+// maxNamespaces bounds the namespaces listed per line of the Pod Security
+// table of a policy list.
+const maxNamespaces = 8
+
+// writePodSecurityUses prints where Pod Security levels are in effect: per
+// level, mode and version, the configuration's defaults and the namespaces.
+func writePodSecurityUses(w io.Writer, levels []*arbiterv1.PolicyInfo, all bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "POD SECURITY\tMODE\tVERSION\tIN EFFECT IN\n")
+	for _, p := range levels {
+		if len(p.GetPodSecurity()) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\tno namespace (named by exceptions only)\n", p.GetName())
+			continue
+		}
+		for _, u := range p.GetPodSecurity() {
+			var where []string
+			if u.GetDefaults() {
+				where = append(where, "(configuration defaults)")
+			}
+			ns := u.GetNamespaces()
+			if !all && len(ns) > maxNamespaces {
+				where = append(where, strings.Join(ns[:maxNamespaces], ", ")+fmt.Sprintf(" (+%d more)", len(ns)-maxNamespaces))
+			} else if len(ns) > 0 {
+				where = append(where, strings.Join(ns, ", "))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.GetName(), u.GetMode(), u.GetVersion(), strings.Join(where, " "))
+		}
+	}
+	tw.Flush()
 }
 
 func writeExceptions(w io.Writer, rev uint64, es []*arbiterv1.ExceptionInfo) {

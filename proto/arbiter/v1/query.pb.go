@@ -97,7 +97,12 @@ type PolicyInfo struct {
 	// union of theirs; a policy without bindings is inert).
 	Bindings []string `protobuf:"bytes,13,rep,name=bindings,proto3" json:"bindings,omitempty"`
 	// ValidatingAdmissionPolicy: apiVersion/kind of its params, if any.
-	ParamKind     string `protobuf:"bytes,14,opt,name=param_kind,json=paramKind,proto3" json:"param_kind,omitempty"`
+	ParamKind string `protobuf:"bytes,14,opt,name=param_kind,json=paramKind,proto3" json:"param_kind,omitempty"`
+	// PodSecurity: where the level (the name: baseline or restricted) is in
+	// effect, one entry per mode and version; in Applicable, in the object's
+	// namespace. Its actions are the modes (enforce: Deny, audit: Audit,
+	// warn: Warn) and its manifest is the PodSecurityConfiguration, if any.
+	PodSecurity   []*PodSecurityUse `protobuf:"bytes,15,rep,name=pod_security,json=podSecurity,proto3" json:"pod_security,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +235,93 @@ func (x *PolicyInfo) GetParamKind() string {
 	return ""
 }
 
+func (x *PolicyInfo) GetPodSecurity() []*PodSecurityUse {
+	if x != nil {
+		return x.PodSecurity
+	}
+	return nil
+}
+
+// PodSecurityUse is a mode and version in which a Pod Security level is in
+// effect.
+type PodSecurityUse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// enforce, audit or warn.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The Pod Security Standards version checked: latest, v1.30.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The Namespaces known at this revision whose policy (their
+	// pod-security.kubernetes.io/ labels, the configuration's defaults for
+	// what they do not set) has the level in this mode and version; exempt
+	// namespaces are left out.
+	Namespaces []string `protobuf:"bytes,3,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// The PodSecurityConfiguration's defaults have the level in this mode and
+	// version: it is also in effect in the namespaces not known at this
+	// revision (unless exempt, or a request carries its Namespace with other
+	// labels).
+	Defaults      bool `protobuf:"varint,4,opt,name=defaults,proto3" json:"defaults,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodSecurityUse) Reset() {
+	*x = PodSecurityUse{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodSecurityUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodSecurityUse) ProtoMessage() {}
+
+func (x *PodSecurityUse) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodSecurityUse.ProtoReflect.Descriptor instead.
+func (*PodSecurityUse) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PodSecurityUse) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *PodSecurityUse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PodSecurityUse) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *PodSecurityUse) GetDefaults() bool {
+	if x != nil {
+		return x.Defaults
+	}
+	return false
+}
+
 // ListPoliciesRequest filters policies; empty fields match everything.
 type ListPoliciesRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -247,7 +339,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[1]
+	mi := &file_arbiter_v1_query_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +351,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[1]
+	mi := &file_arbiter_v1_query_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +364,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{1}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ListPoliciesRequest) GetKind() string {
@@ -322,7 +414,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[2]
+	mi := &file_arbiter_v1_query_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +426,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[2]
+	mi := &file_arbiter_v1_query_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +439,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{2}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListPoliciesResponse) GetRevision() uint64 {
@@ -374,7 +466,8 @@ func (x *ListPoliciesResponse) GetPolicies() []*PolicyInfo {
 // GetPolicyRequest names a policy.
 type GetPolicyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// ValidatingPolicy (default) or NamespacedValidatingPolicy.
+	// ValidatingPolicy (default), NamespacedValidatingPolicy,
+	// ValidatingAdmissionPolicy or PodSecurity (name baseline or restricted).
 	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	Namespace     string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
@@ -384,7 +477,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[3]
+	mi := &file_arbiter_v1_query_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +489,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[3]
+	mi := &file_arbiter_v1_query_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +502,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{3}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetPolicyRequest) GetKind() string {
@@ -446,7 +539,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[4]
+	mi := &file_arbiter_v1_query_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +551,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[4]
+	mi := &file_arbiter_v1_query_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +564,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{4}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetPolicyResponse) GetRevision() uint64 {
@@ -515,7 +608,7 @@ type PolicyReference struct {
 
 func (x *PolicyReference) Reset() {
 	*x = PolicyReference{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[5]
+	mi := &file_arbiter_v1_query_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +620,7 @@ func (x *PolicyReference) String() string {
 func (*PolicyReference) ProtoMessage() {}
 
 func (x *PolicyReference) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[5]
+	mi := &file_arbiter_v1_query_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +633,7 @@ func (x *PolicyReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyReference.ProtoReflect.Descriptor instead.
 func (*PolicyReference) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{5}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PolicyReference) GetKind() string {
@@ -589,7 +682,7 @@ type ExceptionInfo struct {
 
 func (x *ExceptionInfo) Reset() {
 	*x = ExceptionInfo{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[6]
+	mi := &file_arbiter_v1_query_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +694,7 @@ func (x *ExceptionInfo) String() string {
 func (*ExceptionInfo) ProtoMessage() {}
 
 func (x *ExceptionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[6]
+	mi := &file_arbiter_v1_query_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +707,7 @@ func (x *ExceptionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExceptionInfo.ProtoReflect.Descriptor instead.
 func (*ExceptionInfo) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{6}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExceptionInfo) GetNamespace() string {
@@ -736,7 +829,7 @@ type ListExceptionsRequest struct {
 
 func (x *ListExceptionsRequest) Reset() {
 	*x = ListExceptionsRequest{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[7]
+	mi := &file_arbiter_v1_query_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +841,7 @@ func (x *ListExceptionsRequest) String() string {
 func (*ListExceptionsRequest) ProtoMessage() {}
 
 func (x *ListExceptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[7]
+	mi := &file_arbiter_v1_query_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +854,7 @@ func (x *ListExceptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExceptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExceptionsRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{7}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListExceptionsRequest) GetPolicy() string {
@@ -825,7 +918,7 @@ type ListExceptionsResponse struct {
 
 func (x *ListExceptionsResponse) Reset() {
 	*x = ListExceptionsResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[8]
+	mi := &file_arbiter_v1_query_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +930,7 @@ func (x *ListExceptionsResponse) String() string {
 func (*ListExceptionsResponse) ProtoMessage() {}
 
 func (x *ListExceptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[8]
+	mi := &file_arbiter_v1_query_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +943,7 @@ func (x *ListExceptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExceptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListExceptionsResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{8}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListExceptionsResponse) GetRevision() uint64 {
@@ -893,7 +986,7 @@ type ApplicableRequest struct {
 
 func (x *ApplicableRequest) Reset() {
 	*x = ApplicableRequest{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[9]
+	mi := &file_arbiter_v1_query_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +998,7 @@ func (x *ApplicableRequest) String() string {
 func (*ApplicableRequest) ProtoMessage() {}
 
 func (x *ApplicableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[9]
+	mi := &file_arbiter_v1_query_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1011,7 @@ func (x *ApplicableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplicableRequest.ProtoReflect.Descriptor instead.
 func (*ApplicableRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{9}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApplicableRequest) GetObjectJson() []byte {
@@ -981,7 +1074,9 @@ func (x *ApplicableRequest) GetMinRevision() uint64 {
 type ApplicableException struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Exception *ExceptionInfo         `protobuf:"bytes,1,opt,name=exception,proto3" json:"exception,omitempty"`
-	// matches, does not match, expired, error: ..., not evaluated (no object).
+	// matches, does not match, expired, error: ..., not evaluated (no
+	// object; or a Namespace, for the exceptions of a Pod Security level,
+	// which are evaluated on its Pods and workloads).
 	Match         string `protobuf:"bytes,2,opt,name=match,proto3" json:"match,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -989,7 +1084,7 @@ type ApplicableException struct {
 
 func (x *ApplicableException) Reset() {
 	*x = ApplicableException{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[10]
+	mi := &file_arbiter_v1_query_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1096,7 @@ func (x *ApplicableException) String() string {
 func (*ApplicableException) ProtoMessage() {}
 
 func (x *ApplicableException) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[10]
+	mi := &file_arbiter_v1_query_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1109,7 @@ func (x *ApplicableException) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplicableException.ProtoReflect.Descriptor instead.
 func (*ApplicableException) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{10}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApplicableException) GetException() *ExceptionInfo {
@@ -1044,7 +1139,7 @@ type ApplicablePolicy struct {
 
 func (x *ApplicablePolicy) Reset() {
 	*x = ApplicablePolicy{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[11]
+	mi := &file_arbiter_v1_query_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1151,7 @@ func (x *ApplicablePolicy) String() string {
 func (*ApplicablePolicy) ProtoMessage() {}
 
 func (x *ApplicablePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[11]
+	mi := &file_arbiter_v1_query_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1164,7 @@ func (x *ApplicablePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplicablePolicy.ProtoReflect.Descriptor instead.
 func (*ApplicablePolicy) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{11}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApplicablePolicy) GetPolicy() *PolicyInfo {
@@ -1105,7 +1200,7 @@ type ApplicableResponse struct {
 
 func (x *ApplicableResponse) Reset() {
 	*x = ApplicableResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[12]
+	mi := &file_arbiter_v1_query_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1212,7 @@ func (x *ApplicableResponse) String() string {
 func (*ApplicableResponse) ProtoMessage() {}
 
 func (x *ApplicableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[12]
+	mi := &file_arbiter_v1_query_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1225,7 @@ func (x *ApplicableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplicableResponse.ProtoReflect.Descriptor instead.
 func (*ApplicableResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{12}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApplicableResponse) GetRevision() uint64 {
@@ -1164,7 +1259,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[13]
+	mi := &file_arbiter_v1_query_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1271,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[13]
+	mi := &file_arbiter_v1_query_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1284,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{13}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExplainRequest) GetRequest() *DecideRequest {
@@ -1223,7 +1318,7 @@ type ExplainStep struct {
 
 func (x *ExplainStep) Reset() {
 	*x = ExplainStep{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[14]
+	mi := &file_arbiter_v1_query_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1330,7 @@ func (x *ExplainStep) String() string {
 func (*ExplainStep) ProtoMessage() {}
 
 func (x *ExplainStep) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[14]
+	mi := &file_arbiter_v1_query_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1343,7 @@ func (x *ExplainStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainStep.ProtoReflect.Descriptor instead.
 func (*ExplainStep) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{14}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExplainStep) GetPolicy() string {
@@ -1325,7 +1420,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[15]
+	mi := &file_arbiter_v1_query_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1432,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[15]
+	mi := &file_arbiter_v1_query_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1445,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{15}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExplainResponse) GetDecision() *DecideResponse {
@@ -1376,7 +1471,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[16]
+	mi := &file_arbiter_v1_query_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1483,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[16]
+	mi := &file_arbiter_v1_query_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1496,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{16}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{17}
 }
 
 // FollowerStatus is a follower as its primary sees it.
@@ -1422,7 +1517,7 @@ type FollowerStatus struct {
 
 func (x *FollowerStatus) Reset() {
 	*x = FollowerStatus{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[17]
+	mi := &file_arbiter_v1_query_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1529,7 @@ func (x *FollowerStatus) String() string {
 func (*FollowerStatus) ProtoMessage() {}
 
 func (x *FollowerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[17]
+	mi := &file_arbiter_v1_query_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1542,7 @@ func (x *FollowerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowerStatus.ProtoReflect.Descriptor instead.
 func (*FollowerStatus) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{17}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FollowerStatus) GetReplicaId() string {
@@ -1524,7 +1619,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[18]
+	mi := &file_arbiter_v1_query_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1631,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[18]
+	mi := &file_arbiter_v1_query_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1644,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{18}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusResponse) GetRevision() uint64 {
@@ -1634,7 +1729,7 @@ var File_arbiter_v1_query_proto protoreflect.FileDescriptor
 const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\n" +
 	"\x16arbiter/v1/query.proto\x12\n" +
-	"arbiter.v1\x1a\x19arbiter/v1/decision.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x05\n" +
+	"arbiter.v1\x1a\x19arbiter/v1/decision.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x05\n" +
 	"\n" +
 	"PolicyInfo\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
@@ -1654,13 +1749,21 @@ const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\aautogen\x18\f \x03(\tR\aautogen\x12\x1a\n" +
 	"\bbindings\x18\r \x03(\tR\bbindings\x12\x1d\n" +
 	"\n" +
-	"param_kind\x18\x0e \x01(\tR\tparamKind\x1a9\n" +
+	"param_kind\x18\x0e \x01(\tR\tparamKind\x12=\n" +
+	"\fpod_security\x18\x0f \x03(\v2\x1a.arbiter.v1.PodSecurityUseR\vpodSecurity\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"z\n" +
+	"\x0ePodSecurityUse\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x03 \x03(\tR\n" +
+	"namespaces\x12\x1a\n" +
+	"\bdefaults\x18\x04 \x01(\bR\bdefaults\"\xb3\x01\n" +
 	"\x13ListPoliciesRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
@@ -1823,82 +1926,84 @@ func file_arbiter_v1_query_proto_rawDescGZIP() []byte {
 }
 
 var file_arbiter_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_arbiter_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_arbiter_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_arbiter_v1_query_proto_goTypes = []any{
 	(Role)(0),                      // 0: arbiter.v1.Role
 	(*PolicyInfo)(nil),             // 1: arbiter.v1.PolicyInfo
-	(*ListPoliciesRequest)(nil),    // 2: arbiter.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 3: arbiter.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 4: arbiter.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 5: arbiter.v1.GetPolicyResponse
-	(*PolicyReference)(nil),        // 6: arbiter.v1.PolicyReference
-	(*ExceptionInfo)(nil),          // 7: arbiter.v1.ExceptionInfo
-	(*ListExceptionsRequest)(nil),  // 8: arbiter.v1.ListExceptionsRequest
-	(*ListExceptionsResponse)(nil), // 9: arbiter.v1.ListExceptionsResponse
-	(*ApplicableRequest)(nil),      // 10: arbiter.v1.ApplicableRequest
-	(*ApplicableException)(nil),    // 11: arbiter.v1.ApplicableException
-	(*ApplicablePolicy)(nil),       // 12: arbiter.v1.ApplicablePolicy
-	(*ApplicableResponse)(nil),     // 13: arbiter.v1.ApplicableResponse
-	(*ExplainRequest)(nil),         // 14: arbiter.v1.ExplainRequest
-	(*ExplainStep)(nil),            // 15: arbiter.v1.ExplainStep
-	(*ExplainResponse)(nil),        // 16: arbiter.v1.ExplainResponse
-	(*StatusRequest)(nil),          // 17: arbiter.v1.StatusRequest
-	(*FollowerStatus)(nil),         // 18: arbiter.v1.FollowerStatus
-	(*StatusResponse)(nil),         // 19: arbiter.v1.StatusResponse
-	nil,                            // 20: arbiter.v1.PolicyInfo.LabelsEntry
-	nil,                            // 21: arbiter.v1.PolicyInfo.AnnotationsEntry
-	nil,                            // 22: arbiter.v1.ExceptionInfo.PropertiesEntry
-	nil,                            // 23: arbiter.v1.ExceptionInfo.LabelsEntry
-	nil,                            // 24: arbiter.v1.ApplicableRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
-	(*GroupVersionKind)(nil),       // 26: arbiter.v1.GroupVersionKind
-	(Operation)(0),                 // 27: arbiter.v1.Operation
-	(Mode)(0),                      // 28: arbiter.v1.Mode
-	(*DecideRequest)(nil),          // 29: arbiter.v1.DecideRequest
-	(*DecideResponse)(nil),         // 30: arbiter.v1.DecideResponse
+	(*PodSecurityUse)(nil),         // 2: arbiter.v1.PodSecurityUse
+	(*ListPoliciesRequest)(nil),    // 3: arbiter.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 4: arbiter.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 5: arbiter.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 6: arbiter.v1.GetPolicyResponse
+	(*PolicyReference)(nil),        // 7: arbiter.v1.PolicyReference
+	(*ExceptionInfo)(nil),          // 8: arbiter.v1.ExceptionInfo
+	(*ListExceptionsRequest)(nil),  // 9: arbiter.v1.ListExceptionsRequest
+	(*ListExceptionsResponse)(nil), // 10: arbiter.v1.ListExceptionsResponse
+	(*ApplicableRequest)(nil),      // 11: arbiter.v1.ApplicableRequest
+	(*ApplicableException)(nil),    // 12: arbiter.v1.ApplicableException
+	(*ApplicablePolicy)(nil),       // 13: arbiter.v1.ApplicablePolicy
+	(*ApplicableResponse)(nil),     // 14: arbiter.v1.ApplicableResponse
+	(*ExplainRequest)(nil),         // 15: arbiter.v1.ExplainRequest
+	(*ExplainStep)(nil),            // 16: arbiter.v1.ExplainStep
+	(*ExplainResponse)(nil),        // 17: arbiter.v1.ExplainResponse
+	(*StatusRequest)(nil),          // 18: arbiter.v1.StatusRequest
+	(*FollowerStatus)(nil),         // 19: arbiter.v1.FollowerStatus
+	(*StatusResponse)(nil),         // 20: arbiter.v1.StatusResponse
+	nil,                            // 21: arbiter.v1.PolicyInfo.LabelsEntry
+	nil,                            // 22: arbiter.v1.PolicyInfo.AnnotationsEntry
+	nil,                            // 23: arbiter.v1.ExceptionInfo.PropertiesEntry
+	nil,                            // 24: arbiter.v1.ExceptionInfo.LabelsEntry
+	nil,                            // 25: arbiter.v1.ApplicableRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*GroupVersionKind)(nil),       // 27: arbiter.v1.GroupVersionKind
+	(Operation)(0),                 // 28: arbiter.v1.Operation
+	(Mode)(0),                      // 29: arbiter.v1.Mode
+	(*DecideRequest)(nil),          // 30: arbiter.v1.DecideRequest
+	(*DecideResponse)(nil),         // 31: arbiter.v1.DecideResponse
 }
 var file_arbiter_v1_query_proto_depIdxs = []int32{
-	20, // 0: arbiter.v1.PolicyInfo.labels:type_name -> arbiter.v1.PolicyInfo.LabelsEntry
-	21, // 1: arbiter.v1.PolicyInfo.annotations:type_name -> arbiter.v1.PolicyInfo.AnnotationsEntry
-	1,  // 2: arbiter.v1.ListPoliciesResponse.policies:type_name -> arbiter.v1.PolicyInfo
-	1,  // 3: arbiter.v1.GetPolicyResponse.policy:type_name -> arbiter.v1.PolicyInfo
-	7,  // 4: arbiter.v1.GetPolicyResponse.exceptions:type_name -> arbiter.v1.ExceptionInfo
-	6,  // 5: arbiter.v1.ExceptionInfo.policies:type_name -> arbiter.v1.PolicyReference
-	25, // 6: arbiter.v1.ExceptionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 7: arbiter.v1.ExceptionInfo.properties:type_name -> arbiter.v1.ExceptionInfo.PropertiesEntry
-	23, // 8: arbiter.v1.ExceptionInfo.labels:type_name -> arbiter.v1.ExceptionInfo.LabelsEntry
-	25, // 9: arbiter.v1.ListExceptionsRequest.expiring_before:type_name -> google.protobuf.Timestamp
-	7,  // 10: arbiter.v1.ListExceptionsResponse.exceptions:type_name -> arbiter.v1.ExceptionInfo
-	26, // 11: arbiter.v1.ApplicableRequest.kind:type_name -> arbiter.v1.GroupVersionKind
-	24, // 12: arbiter.v1.ApplicableRequest.labels:type_name -> arbiter.v1.ApplicableRequest.LabelsEntry
-	27, // 13: arbiter.v1.ApplicableRequest.operation:type_name -> arbiter.v1.Operation
-	28, // 14: arbiter.v1.ApplicableRequest.mode:type_name -> arbiter.v1.Mode
-	7,  // 15: arbiter.v1.ApplicableException.exception:type_name -> arbiter.v1.ExceptionInfo
-	1,  // 16: arbiter.v1.ApplicablePolicy.policy:type_name -> arbiter.v1.PolicyInfo
-	11, // 17: arbiter.v1.ApplicablePolicy.exceptions:type_name -> arbiter.v1.ApplicableException
-	12, // 18: arbiter.v1.ApplicableResponse.policies:type_name -> arbiter.v1.ApplicablePolicy
-	29, // 19: arbiter.v1.ExplainRequest.request:type_name -> arbiter.v1.DecideRequest
-	30, // 20: arbiter.v1.ExplainResponse.decision:type_name -> arbiter.v1.DecideResponse
-	15, // 21: arbiter.v1.ExplainResponse.steps:type_name -> arbiter.v1.ExplainStep
-	0,  // 22: arbiter.v1.StatusResponse.role:type_name -> arbiter.v1.Role
-	18, // 23: arbiter.v1.StatusResponse.followers:type_name -> arbiter.v1.FollowerStatus
-	17, // 24: arbiter.v1.QueryService.Status:input_type -> arbiter.v1.StatusRequest
-	2,  // 25: arbiter.v1.QueryService.ListPolicies:input_type -> arbiter.v1.ListPoliciesRequest
-	4,  // 26: arbiter.v1.QueryService.GetPolicy:input_type -> arbiter.v1.GetPolicyRequest
-	8,  // 27: arbiter.v1.QueryService.ListExceptions:input_type -> arbiter.v1.ListExceptionsRequest
-	10, // 28: arbiter.v1.QueryService.Applicable:input_type -> arbiter.v1.ApplicableRequest
-	14, // 29: arbiter.v1.QueryService.Explain:input_type -> arbiter.v1.ExplainRequest
-	19, // 30: arbiter.v1.QueryService.Status:output_type -> arbiter.v1.StatusResponse
-	3,  // 31: arbiter.v1.QueryService.ListPolicies:output_type -> arbiter.v1.ListPoliciesResponse
-	5,  // 32: arbiter.v1.QueryService.GetPolicy:output_type -> arbiter.v1.GetPolicyResponse
-	9,  // 33: arbiter.v1.QueryService.ListExceptions:output_type -> arbiter.v1.ListExceptionsResponse
-	13, // 34: arbiter.v1.QueryService.Applicable:output_type -> arbiter.v1.ApplicableResponse
-	16, // 35: arbiter.v1.QueryService.Explain:output_type -> arbiter.v1.ExplainResponse
-	30, // [30:36] is the sub-list for method output_type
-	24, // [24:30] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	21, // 0: arbiter.v1.PolicyInfo.labels:type_name -> arbiter.v1.PolicyInfo.LabelsEntry
+	22, // 1: arbiter.v1.PolicyInfo.annotations:type_name -> arbiter.v1.PolicyInfo.AnnotationsEntry
+	2,  // 2: arbiter.v1.PolicyInfo.pod_security:type_name -> arbiter.v1.PodSecurityUse
+	1,  // 3: arbiter.v1.ListPoliciesResponse.policies:type_name -> arbiter.v1.PolicyInfo
+	1,  // 4: arbiter.v1.GetPolicyResponse.policy:type_name -> arbiter.v1.PolicyInfo
+	8,  // 5: arbiter.v1.GetPolicyResponse.exceptions:type_name -> arbiter.v1.ExceptionInfo
+	7,  // 6: arbiter.v1.ExceptionInfo.policies:type_name -> arbiter.v1.PolicyReference
+	26, // 7: arbiter.v1.ExceptionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 8: arbiter.v1.ExceptionInfo.properties:type_name -> arbiter.v1.ExceptionInfo.PropertiesEntry
+	24, // 9: arbiter.v1.ExceptionInfo.labels:type_name -> arbiter.v1.ExceptionInfo.LabelsEntry
+	26, // 10: arbiter.v1.ListExceptionsRequest.expiring_before:type_name -> google.protobuf.Timestamp
+	8,  // 11: arbiter.v1.ListExceptionsResponse.exceptions:type_name -> arbiter.v1.ExceptionInfo
+	27, // 12: arbiter.v1.ApplicableRequest.kind:type_name -> arbiter.v1.GroupVersionKind
+	25, // 13: arbiter.v1.ApplicableRequest.labels:type_name -> arbiter.v1.ApplicableRequest.LabelsEntry
+	28, // 14: arbiter.v1.ApplicableRequest.operation:type_name -> arbiter.v1.Operation
+	29, // 15: arbiter.v1.ApplicableRequest.mode:type_name -> arbiter.v1.Mode
+	8,  // 16: arbiter.v1.ApplicableException.exception:type_name -> arbiter.v1.ExceptionInfo
+	1,  // 17: arbiter.v1.ApplicablePolicy.policy:type_name -> arbiter.v1.PolicyInfo
+	12, // 18: arbiter.v1.ApplicablePolicy.exceptions:type_name -> arbiter.v1.ApplicableException
+	13, // 19: arbiter.v1.ApplicableResponse.policies:type_name -> arbiter.v1.ApplicablePolicy
+	30, // 20: arbiter.v1.ExplainRequest.request:type_name -> arbiter.v1.DecideRequest
+	31, // 21: arbiter.v1.ExplainResponse.decision:type_name -> arbiter.v1.DecideResponse
+	16, // 22: arbiter.v1.ExplainResponse.steps:type_name -> arbiter.v1.ExplainStep
+	0,  // 23: arbiter.v1.StatusResponse.role:type_name -> arbiter.v1.Role
+	19, // 24: arbiter.v1.StatusResponse.followers:type_name -> arbiter.v1.FollowerStatus
+	18, // 25: arbiter.v1.QueryService.Status:input_type -> arbiter.v1.StatusRequest
+	3,  // 26: arbiter.v1.QueryService.ListPolicies:input_type -> arbiter.v1.ListPoliciesRequest
+	5,  // 27: arbiter.v1.QueryService.GetPolicy:input_type -> arbiter.v1.GetPolicyRequest
+	9,  // 28: arbiter.v1.QueryService.ListExceptions:input_type -> arbiter.v1.ListExceptionsRequest
+	11, // 29: arbiter.v1.QueryService.Applicable:input_type -> arbiter.v1.ApplicableRequest
+	15, // 30: arbiter.v1.QueryService.Explain:input_type -> arbiter.v1.ExplainRequest
+	20, // 31: arbiter.v1.QueryService.Status:output_type -> arbiter.v1.StatusResponse
+	4,  // 32: arbiter.v1.QueryService.ListPolicies:output_type -> arbiter.v1.ListPoliciesResponse
+	6,  // 33: arbiter.v1.QueryService.GetPolicy:output_type -> arbiter.v1.GetPolicyResponse
+	10, // 34: arbiter.v1.QueryService.ListExceptions:output_type -> arbiter.v1.ListExceptionsResponse
+	14, // 35: arbiter.v1.QueryService.Applicable:output_type -> arbiter.v1.ApplicableResponse
+	17, // 36: arbiter.v1.QueryService.Explain:output_type -> arbiter.v1.ExplainResponse
+	31, // [31:37] is the sub-list for method output_type
+	25, // [25:31] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_v1_query_proto_init() }
@@ -1907,14 +2012,14 @@ func file_arbiter_v1_query_proto_init() {
 		return
 	}
 	file_arbiter_v1_decision_proto_init()
-	file_arbiter_v1_query_proto_msgTypes[7].OneofWrappers = []any{}
+	file_arbiter_v1_query_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_v1_query_proto_rawDesc), len(file_arbiter_v1_query_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

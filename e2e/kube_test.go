@@ -246,4 +246,22 @@ func TestKubeSourceHA(t *testing.T) {
 			t.Fatalf("%s ignores the exception: %v", p.name, resp)
 		}
 	}
+
+	// A graceful stop releases the Lease: another replica takes over
+	// without waiting for it to expire, in a new term.
+	start := time.Now()
+	next.stop(syscall.SIGTERM)
+	var left []*proc
+	for _, p := range all {
+		if p != next {
+			left = append(left, p)
+		}
+	}
+	third, _ := roles(t, 30*time.Second, left...)
+	st3 := third.status()
+	t.Logf("after a graceful stop, %s is the primary in %v, at revision %d (term %d)", third.name, time.Since(start).Round(10*time.Millisecond), st3.GetRevision(), st3.GetRevision()>>32)
+	if st3.GetRevision()>>32 <= rev>>32 {
+		t.Fatalf("the third primary is at %d, not in a term after %d", st3.GetRevision(), rev)
+	}
+	waitConverged(t, 20*time.Second, left...)
 }

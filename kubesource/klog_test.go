@@ -2,16 +2,22 @@ package kubesource
 
 import (
 	"flag"
+	"io"
+	"log/slog"
 	"os"
 
 	"k8s.io/klog/v2"
 )
 
-// KLOG_V=N shows client-go's own logs (reflectors, requests) at verbosity N.
+// client-go's own logs (reflectors, requests) are dropped, unless KLOG_V=N
+// shows them at verbosity N.
 func init() {
-	if v := os.Getenv("KLOG_V"); v != "" {
-		fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-		klog.InitFlags(fs)
-		_ = fs.Set("v", v)
+	v := os.Getenv("KLOG_V")
+	if v == "" {
+		klog.SetSlogLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+		return
 	}
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", v)
 }

@@ -30,6 +30,8 @@ type Client struct {
 
 // NewClient makes a client for cfg.
 func NewClient(cfg *rest.Config) (*Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandler = rest.NoWarnings{} // deprecated CRD versions are listed on purpose
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

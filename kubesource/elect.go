@@ -165,11 +165,11 @@ func (h *ha) term(ctx context.Context) error {
 	h.mu.Unlock()
 	if done != nil {
 		<-done // the source stopped: nothing more is written
-		h.log.Info("lost the Lease; standing by", "identity", id)
+		h.log.Info("gave up the Lease; standing by", "identity", id)
 	}
-	if ctx.Err() == nil {
-		h.srv.Standby()
-	}
+	// Also when shutting down: a draining replica takes no writes once
+	// another one may hold the Lease.
+	h.srv.Standby()
 	return nil
 }
 

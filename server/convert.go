@@ -60,6 +60,13 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 	if r := in.GetResource(); r != nil {
 		req.Resource = schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}
 	}
+	if k := in.GetRequestKind(); k != nil {
+		req.RequestKind = &schema.GroupVersionKind{Group: k.GetGroup(), Version: k.GetVersion(), Kind: k.GetKind()}
+	}
+	if r := in.GetRequestResource(); r != nil {
+		req.RequestResource = &schema.GroupVersionResource{Group: r.GetGroup(), Version: r.GetVersion(), Resource: r.GetResource()}
+	}
+	req.RequestSubResource = in.GetRequestSubResource()
 	if u := in.GetUserInfo(); u != nil {
 		req.UserInfo = engine.UserInfo{Username: u.GetUsername(), UID: u.GetUid(), Groups: u.GetGroups()}
 		if len(u.GetExtra()) > 0 {

@@ -178,3 +178,65 @@ func TestValidatingAdmissionPolicyInventoryAndExplain(t *testing.T) {
 		t.Fatalf("steps:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// The request's requestKind, requestResource and requestSubResource (as the
+// webhook shim passes them from an AdmissionReview) reach the policies.
+func TestRequestKindReachesPolicies(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	policy := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+		"metadata": map[string]any{"name": "show-request-kind"},
+		"spec": map[string]any{
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{"apps"}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"deployments"}}}},
+			"validations": []any{map[string]any{"expression": "false",
+				"messageExpression": "'<' + request.requestKind.version + '|' + request.requestResource.resource + '|' + request.?requestSubResource.orValue('') + '>'"}},
+		},
+	}
+	binding := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "show-request-kind"},
+		"spec":     map[string]any{"policyName": "show-request-kind", "validationActions": []any{"Deny"}},
+	}
+	var changes []*arbiterv1.Change
+	for _, o := range []map[string]any{policy, binding} {
+		changes = append(changes, &arbiterv1.Change{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: vapObjectJSON(t, o)})
+	}
+	ack, err := ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: changes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "d", "namespace": "apps"}}
+	for _, tc := range []struct {
+		name string
+		req  *arbiterv1.DecideRequest
+		want string
+	}{
+		{"defaults", &arbiterv1.DecideRequest{}, "<v1|deployments|>"},
+		{"as sent", &arbiterv1.DecideRequest{
+			RequestKind:     &arbiterv1.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "Deployment"},
+			RequestResource: &arbiterv1.GroupVersionResource{Group: "apps", Version: "v1beta2", Resource: "deployments"},
+		}, "<v1beta2|deployments|>"},
+		// A rule on deployments does not cover the scale sub-resource the
+		// client sent.
+		{"sub-resource as sent", &arbiterv1.DecideRequest{RequestSubResource: "scale"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.ObjectJson, tc.req.MinRevision = vapObjectJSON(t, deploy), ack.GetRevision()
+			resp, err := ts.c.Decide(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				if !resp.GetAllowed() {
+					t.Fatalf("denied: %v", resp.GetStatus())
+				}
+				return
+			}
+			if !strings.HasSuffix(resp.GetStatus().GetMessage(), "denied request: "+tc.want) {
+				t.Fatalf("message %q, want it to end with %q", resp.GetStatus().GetMessage(), tc.want)
+			}
+		})
+	}
+}

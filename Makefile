@@ -42,7 +42,7 @@ test-k8s:
 	ARBITER_K8S_RUN=$(K8S_RUN) $(GO) test -count=1 -timeout 30m -run '$(K8S_RUN_TESTS)' $(K8S_PKGS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./engine/... ./server/... ./store/...
+	$(GO) test -run '^$$' -bench . -benchmem ./engine/... ./server/... ./store/... ./client/webhook/
 
 # Load test (loopback, bounded): 2,000 decisions/s for 60 s with the decision
 # log on; reports p50/p99 latency, heap growth and CPU. LOAD_RATE and

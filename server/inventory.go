@@ -141,10 +141,29 @@ func hasAction(p *engine.Policy, action string) bool {
 // GetPolicy implements QueryService.GetPolicy.
 func (s *Server) GetPolicy(ctx context.Context, in *arbiterv1.GetPolicyRequest) (*arbiterv1.GetPolicyResponse, error) {
 	snap := s.snap.Load()
-	kind := in.GetKind()
-	if kind == "" {
-		kind = engine.KindValidatingPolicy
+	if in.GetKind() == "" {
+		// Any kind: the first that has the name (a namespace asks for a
+		// NamespacedValidatingPolicy).
+		kinds := []string{engine.KindValidatingPolicy, engine.KindValidatingAdmissionPolicy, engine.KindPodSecurity}
+		if in.GetNamespace() != "" {
+			kinds = []string{engine.KindNamespacedValidatingPolicy}
+		}
+		for _, k := range kinds {
+			if resp, err := s.getPolicy(snap, k, in); err == nil {
+				return resp, nil
+			}
+		}
+		return nil, toStatus(&NotFoundError{What: "policy " + qualified(in.GetNamespace(), in.GetName())})
 	}
+	resp, err := s.getPolicy(snap, in.GetKind(), in)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return resp, nil
+}
+
+// getPolicy finds the policy of a kind and name.
+func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyRequest) (*arbiterv1.GetPolicyResponse, error) {
 	for _, p := range snap.Set.Policies() {
 		if p.Kind == kind && p.Name == in.GetName() && (kind != engine.KindNamespacedValidatingPolicy || p.Namespace == in.GetNamespace()) {
 			resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.policyInfo(snap, p, true)}
@@ -172,7 +191,7 @@ func (s *Server) GetPolicy(ctx context.Context, in *arbiterv1.GetPolicyRequest) 
 			}
 		}
 	}
-	return nil, toStatus(&NotFoundError{What: kind + " " + qualified(in.GetNamespace(), in.GetName())})
+	return nil, &NotFoundError{What: kind + " " + qualified(in.GetNamespace(), in.GetName())}
 }
 
 // NotFoundError is a query for something the revision does not have.

@@ -217,7 +217,7 @@ func TestPodSecurityInventory(t *testing.T) {
 		{"PodSecurity", "restricted", codes.OK, []string{"ops/legacy"}},
 		{"PodSecurity", "baseline", codes.OK, []string{"ops/agent", "ops/long-gone"}},
 		{"PodSecurity", "privileged", codes.NotFound, nil},
-		{"", "restricted", codes.NotFound, nil},
+		{"", "restricted", codes.OK, []string{"ops/legacy"}}, // any kind
 		{"ValidatingAdmissionPolicy", "baseline", codes.NotFound, nil},
 	} {
 		resp, err := ts.c.Query.GetPolicy(ctx, &arbiterv1.GetPolicyRequest{Kind: c.kind, Name: c.name})

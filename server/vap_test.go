@@ -240,3 +240,56 @@ func TestRequestKindReachesPolicies(t *testing.T) {
 		})
 	}
 }
+
+// GetPolicy without a kind finds the policy of any kind with the name.
+func TestGetPolicyAnyKind(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	vp := map[string]any{
+		"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": map[string]any{"name": "kyverno-one"},
+		"spec": map[string]any{
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"pods"}}}},
+			"validations": []any{map[string]any{"expression": "true"}},
+		},
+	}
+	nvp := map[string]any{
+		"apiVersion": "policies.kyverno.io/v1", "kind": "NamespacedValidatingPolicy", "metadata": map[string]any{"name": "team-one", "namespace": "team"},
+		"spec": vp["spec"],
+	}
+	vap := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": map[string]any{"name": "kube-one"},
+		"spec": map[string]any{
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"pods"}}}},
+			"validations": []any{map[string]any{"expression": "true"}},
+		},
+	}
+	var changes []*arbiterv1.Change
+	for _, o := range []map[string]any{vp, nvp, vap} {
+		changes = append(changes, &arbiterv1.Change{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: vapObjectJSON(t, o)})
+	}
+	if _, err := ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: changes}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ns, name, wantKind string
+	}{
+		{"", "kyverno-one", "ValidatingPolicy"},
+		{"", "kube-one", "ValidatingAdmissionPolicy"},
+		{"team", "team-one", "NamespacedValidatingPolicy"},
+		{"", "team-one", ""},
+		{"", "missing", ""},
+	} {
+		resp, err := ts.c.Query.GetPolicy(ctx, &arbiterv1.GetPolicyRequest{Namespace: tc.ns, Name: tc.name})
+		if tc.wantKind == "" {
+			if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "policy "+tc.name+" not found") {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err != nil || resp.GetPolicy().GetKind() != tc.wantKind {
+			t.Errorf("%s/%s: %v %v", tc.ns, tc.name, resp.GetPolicy().GetKind(), err)
+		}
+	}
+}

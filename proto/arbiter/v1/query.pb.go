@@ -466,8 +466,10 @@ func (x *ListPoliciesResponse) GetPolicies() []*PolicyInfo {
 // GetPolicyRequest names a policy.
 type GetPolicyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// ValidatingPolicy (default), NamespacedValidatingPolicy,
-	// ValidatingAdmissionPolicy or PodSecurity (name baseline or restricted).
+	// ValidatingPolicy, NamespacedValidatingPolicy, ValidatingAdmissionPolicy
+	// or PodSecurity (name baseline or restricted). Empty: the first of
+	// ValidatingPolicy, ValidatingAdmissionPolicy and PodSecurity with the
+	// name (NamespacedValidatingPolicy when namespace is set).
 	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	Namespace     string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`

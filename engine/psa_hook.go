@@ -225,13 +225,20 @@ func (ps *PolicySet) psaRequest(rq *evalRequest) *psa.Request {
 			return nil
 		}
 	}
+	namespace := req.Namespace
+	if namespace == "" && gr.Group == "" && gr.Resource == "namespaces" {
+		// kube-apiserver admits a Namespace with the request's namespace
+		// set to its name; a caller without one (arbiter decide -f ns.yaml)
+		// gets the same exemption check and warnings.
+		namespace = req.Name
+	}
 	return &psa.Request{
 		Operation:       req.Operation,
 		Resource:        gr,
 		Kind:            req.Kind.GroupKind(),
 		SubResource:     req.SubResource,
 		Name:            req.Name,
-		Namespace:       req.Namespace,
+		Namespace:       namespace,
 		Username:        req.UserInfo.Username,
 		Object:          req.Object,
 		OldObject:       req.OldObject,

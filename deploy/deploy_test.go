@@ -4,8 +4,8 @@
 // duplicate key or a wrong type fails), every file is part of the
 // kustomization, and the pieces fit together — selectors, ports, service
 // names, probes, the webhook configuration and its match conditions, the
-// certificate — and the workloads pass the Pod Security policies in
-// deploy/examples.
+// certificates and the mutual TLS between the workloads (tls_test.go) —
+// and the workloads pass the Pod Security policies in deploy/examples.
 package deploy_test
 
 import (
@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	serializerjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -460,15 +462,38 @@ func TestWorkloads(t *testing.T) {
 			}
 			switch c.Args[0] {
 			case "serve":
-				// Ready: gRPC health of the decision service, on the serving port.
-				for _, p := range []*corev1.Probe{c.ReadinessProbe, c.StartupProbe} {
-					if p == nil || p.GRPC == nil || p.GRPC.Service == nil || *p.GRPC.Service != "arbiter.v1.DecisionService" ||
-						!hasPort(&c, p.GRPC.Port) || !strings.HasSuffix(arg(&c, "--listen"), fmt.Sprintf(":%d", p.GRPC.Port)) {
-						t.Errorf("%s: want grpc readiness and startup probes on the listen port: %+v", cname, p)
+				// gRPC is TLS, which the kubelet's grpc probes cannot speak:
+				// ready is /readyz (the gRPC health of the decision service),
+				// alive /healthz, both plain HTTP on --metrics-listen.
+				metricsPort := ""
+				if _, port, err := net.SplitHostPort(arg(&c, "--metrics-listen")); err == nil {
+					metricsPort = port
+				}
+				for _, pc := range []struct {
+					name string
+					p    *corev1.Probe
+					path string
+				}{{"readiness", c.ReadinessProbe, "/readyz"}, {"startup", c.StartupProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}} {
+					p := pc.p
+					if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != pc.path || p.HTTPGet.Scheme != "" && p.HTTPGet.Scheme != corev1.URISchemeHTTP {
+						t.Errorf("%s: want an HTTP %s probe of %s: %+v", cname, pc.name, pc.path, p)
+						continue
+					}
+					if port, ok := containerPort(&c, p.HTTPGet.Port); !ok || fmt.Sprint(port) != metricsPort {
+						t.Errorf("%s: the %s probe's port %s is not --metrics-listen %q", cname, pc.name, p.HTTPGet.Port.String(), arg(&c, "--metrics-listen"))
 					}
 				}
 				if arg(&c, "--data") == "" || !mounted(&c, arg(&c, "--data")) {
 					t.Errorf("%s: --data %q is not a mounted volume", cname, arg(&c, "--data"))
+				}
+				// Mutual TLS, and the authorization rules from a file.
+				for _, flag := range []string{"--tls-cert", "--tls-key", "--tls-client-ca", "--config"} {
+					if arg(&c, flag) == "" || !mounted(&c, filepath.Dir(arg(&c, flag))) {
+						t.Errorf("%s: %s %q is not on a mounted volume", cname, flag, arg(&c, flag))
+					}
+				}
+				if slices.Contains(c.Args, "--insecure") || slices.Contains(c.Args, "--pprof") {
+					t.Errorf("%s: --insecure or --pprof", cname)
 				}
 			case "webhook":
 				r, l := c.ReadinessProbe.HTTPGet, c.LivenessProbe.HTTPGet
@@ -478,6 +503,14 @@ func TestWorkloads(t *testing.T) {
 				dir := filepath.Dir(arg(&c, "--cert"))
 				if !mounted(&c, dir) || filepath.Dir(arg(&c, "--key")) != dir {
 					t.Errorf("%s: --cert and --key are not on a mounted volume", cname)
+				}
+				// Mutual TLS to the decision service.
+				dir = filepath.Dir(arg(&c, "--server-cert-file"))
+				if !mounted(&c, dir) || filepath.Dir(arg(&c, "--server-key-file")) != dir || filepath.Dir(arg(&c, "--server-ca-file")) != dir {
+					t.Errorf("%s: --server-ca-file, --server-cert-file and --server-key-file are not on a mounted volume", cname)
+				}
+				if slices.Contains(c.Args, "--server-insecure") {
+					t.Errorf("%s: --server-insecure", cname)
 				}
 			default:
 				t.Errorf("%s: unknown command %v", cname, c.Args)
@@ -493,6 +526,37 @@ func hasPort(c *corev1.Container, port int32) bool {
 		}
 	}
 	return false
+}
+
+// containerPort resolves a probe's port (a number or a port name).
+func containerPort(c *corev1.Container, port intstr.IntOrString) (int32, bool) {
+	if port.Type == intstr.Int {
+		return port.IntVal, hasPort(c, port.IntVal)
+	}
+	for _, p := range c.Ports {
+		if p.Name == port.StrVal {
+			return p.ContainerPort, true
+		}
+	}
+	return 0, false
+}
+
+// fileSource is the volume that holds the file at path in container c of
+// w (the volume mounted at the file's directory), and the file's key in it.
+func fileSource(w workload, c *corev1.Container, path string) (*corev1.Volume, string) {
+	dir, key := filepath.Split(path)
+	dir = filepath.Clean(dir)
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != dir {
+			continue
+		}
+		for i := range w.pod.Spec.Volumes {
+			if v := &w.pod.Spec.Volumes[i]; v.Name == m.Name {
+				return v, key
+			}
+		}
+	}
+	return nil, ""
 }
 
 func mounted(c *corev1.Container, path string) bool {
@@ -864,14 +928,13 @@ func TestCertManager(t *testing.T) {
 		t.Errorf("Certificate %s: dnsNames %v lack %s, the name the API server dials", name, cert.Spec.DNSNames, want)
 	}
 	shim := serviceFor(t, m, find(m, "Service", ref.Name).(*corev1.Service))
+	c := &shim.pod.Spec.Containers[0]
 	secret := ""
-	for _, v := range shim.pod.Spec.Volumes {
-		if v.Secret != nil {
-			secret = v.Secret.SecretName
-		}
+	if v, _ := fileSource(shim, c, arg(c, "--cert")); v != nil && v.Secret != nil {
+		secret = v.Secret.SecretName
 	}
 	if secret == "" || secret != cert.Spec.SecretName {
-		t.Errorf("the shim mounts Secret %q; the Certificate writes %q", secret, cert.Spec.SecretName)
+		t.Errorf("the shim serves the certificate of Secret %q; the Certificate writes %q", secret, cert.Spec.SecretName)
 	}
 }
 
@@ -901,7 +964,7 @@ func TestKustomizeBuild(t *testing.T) {
 			t.Fatalf("document %d: %v\n%s", i, err, raw)
 		}
 	}
-	if len(m.docs) < 12 || len(m.certManager) != 4 {
+	if len(m.docs) < 13 || len(m.certManager) != 7 {
 		t.Fatalf("%d Kubernetes and %d cert-manager objects", len(m.docs), len(m.certManager))
 	}
 	for _, d := range m.docs {

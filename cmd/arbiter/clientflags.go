@@ -66,10 +66,15 @@ func (c *connFlags) options() []client.Option {
 func dialServer(ctx context.Context, addr string, extra ...client.Option) (*client.Client, error) {
 	cf, _ := ctx.Value(connKey{}).(*connFlags)
 	if cf == nil {
-		cf = &connFlags{tls: os.Getenv("ARBITER_TLS") == "true", caFile: os.Getenv("ARBITER_CA_FILE"), certFile: os.Getenv("ARBITER_CERT_FILE"),
-			keyFile: os.Getenv("ARBITER_KEY_FILE"), tokenFile: os.Getenv("ARBITER_TOKEN_FILE"), serverName: os.Getenv("ARBITER_SERVER_NAME")}
+		cf = envConnFlags()
 	}
 	return client.Dial(ctx, addr, append(cf.options(), extra...)...)
+}
+
+// envConnFlags are the connection flags' ARBITER_* environment defaults.
+func envConnFlags() *connFlags {
+	return &connFlags{tls: os.Getenv("ARBITER_TLS") == "true", caFile: os.Getenv("ARBITER_CA_FILE"), certFile: os.Getenv("ARBITER_CERT_FILE"),
+		keyFile: os.Getenv("ARBITER_KEY_FILE"), tokenFile: os.Getenv("ARBITER_TOKEN_FILE"), serverName: os.Getenv("ARBITER_SERVER_NAME")}
 }
 
 // version is the module version the binary was built from.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -14,9 +16,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/client/webhook"
+	"github.com/arbiter-pdp/arbiter/internal/certs"
 )
 
 type webhookOptions struct {
@@ -31,6 +36,11 @@ type webhookOptions struct {
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
+
+	// The connection to the decision service.
+	serverCA, serverCert, serverKey string
+	serverName, serverTokenFile     string
+	serverInsecure                  bool
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -54,6 +64,15 @@ answers gRPC health SERVING. The certificate and key are reloaded when the
 files change. --server may be a headless Service (dns:///NAME:PORT): calls
 are spread over its replicas, skipping those that are not SERVING.
 
+The connection to the decision service uses TLS when --server-ca-file (or
+--server-cert-file, --server-name, --server-token-file) is given: the server
+is verified against --server-ca-file (else the system roots) and, for mutual
+TLS, the shim presents --server-cert-file/--server-key-file. These files are
+re-read when they change. Plaintext is allowed only to a loopback address or
+a unix socket, unless --server-insecure is given. The global --ca-file,
+--cert-file, --key-file, --token-file, --tls (ARBITER_* variables) apply
+when the --server-* flag of the same file is not given.
+
 SIGINT/SIGTERM stop accepting connections and let in-flight reviews finish
 (bounded by --shutdown-timeout).`,
 		Args: cobra.NoArgs,
@@ -73,6 +92,12 @@ SIGINT/SIGTERM stop accepting connections and let in-flight reviews finish
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (debug logs every decision; info the denials)")
 	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on finishing in-flight reviews at shutdown")
+	f.StringVar(&o.serverCA, "server-ca-file", "", "CA bundle verifying the decision service's certificate; turns on TLS (re-read when it changes)")
+	f.StringVar(&o.serverCert, "server-cert-file", "", "client certificate presented to the decision service (mutual TLS; re-read when it changes)")
+	f.StringVar(&o.serverKey, "server-key-file", "", "key of --server-cert-file")
+	f.StringVar(&o.serverName, "server-name", "", "name expected in the decision service's certificate (default: the host of --server); turns on TLS [ARBITER_SERVER_NAME]")
+	f.StringVar(&o.serverTokenFile, "server-token-file", "", "file holding a bearer token sent with each call to the decision service; turns on TLS (re-read when it changes)")
+	f.BoolVar(&o.serverInsecure, "server-insecure", false, "allow plaintext gRPC to a decision service that is not on a loopback address (development only)")
 	_ = cmd.MarkFlagRequired("cert")
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
@@ -106,6 +131,83 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
+// serverConn is how the shim reaches the decision service.
+type serverConn struct {
+	options []client.Option
+	// summary describes the transport for the startup log.
+	summary string
+}
+
+// webhookServerConn turns the --server-* flags (else the global --ca-file,
+// --cert-file, --key-file, --token-file, --server-name, --tls and their
+// ARBITER_* variables) into client options. TLS files are re-read when they
+// change (internal/certs). Plaintext is refused to anything but a loopback
+// address or a unix socket unless --server-insecure.
+func webhookServerConn(ctx context.Context, o *webhookOptions, log *slog.Logger) (*serverConn, error) {
+	cf, _ := ctx.Value(connKey{}).(*connFlags)
+	if cf == nil {
+		cf = envConnFlags()
+	}
+	files := certs.Files{CA: first(o.serverCA, cf.caFile), Cert: first(o.serverCert, cf.certFile), Key: first(o.serverKey, cf.keyFile)}
+	serverName := first(o.serverName, cf.serverName)
+	tokenFile := first(o.serverTokenFile, cf.tokenFile)
+	tlsOn := cf.tls || files.CA != "" || files.Cert != "" || files.Key != "" || serverName != "" || o.serverTokenFile != ""
+	sc := &serverConn{}
+	switch {
+	case tlsOn && o.serverInsecure:
+		return nil, exitWith(exitLoad, "--server-insecure and the TLS flags (--server-ca-file, --server-cert-file, --server-name, ...) contradict each other: drop one")
+	case !tlsOn && tokenFile != "":
+		return nil, exitWith(exitLoad, "--token-file needs TLS to the decision service (bearer tokens are never sent in plaintext): give --server-ca-file")
+	case !tlsOn && !o.serverInsecure && !localTarget(o.server):
+		return nil, exitWith(exitLoad, "refusing to call the decision service at %s over plaintext: it is not a loopback address; give --server-ca-file (and --server-cert-file/--server-key-file for mutual TLS), or --server-insecure for development", o.server)
+	case !tlsOn:
+		sc.summary = "plaintext"
+		if o.serverInsecure && !localTarget(o.server) {
+			sc.summary = "INSECURE plaintext"
+			log.Warn("INSECURE: calling the decision service over plaintext gRPC: admission requests and decisions are neither encrypted nor authenticated; use --server-ca-file (and --server-cert-file/--server-key-file) outside development",
+				"server", o.server)
+		}
+		return sc, nil
+	}
+	r, err := certs.New(files, certs.Options{Logger: log})
+	if err != nil {
+		return nil, exitWith(exitLoad, "TLS to the decision service: %v", err)
+	}
+	sc.options = append(sc.options, client.WithTransportCredentials(credentials.NewTLS(r.ClientConfig(serverName))))
+	sc.summary = "TLS"
+	if files.Cert != "" {
+		sc.summary = "mutual TLS"
+	}
+	if tokenFile != "" {
+		tc, err := client.TokenFileCredentials(tokenFile)
+		if err != nil {
+			return nil, exitWith(exitLoad, "--server-token-file: %v", err)
+		}
+		sc.options = append(sc.options, client.WithDialOptions(grpc.WithPerRPCCredentials(tc)))
+		sc.summary += " + bearer token"
+	}
+	return sc, nil
+}
+
+// localTarget says whether a gRPC target (host:port, dns:///host:port,
+// passthrough:///host:port, unix:path) stays on this machine: a loopback
+// address or a unix socket.
+func localTarget(target string) bool {
+	if u, err := url.Parse(target); err == nil {
+		switch u.Scheme {
+		case "unix", "unix-abstract":
+			return true
+		case "dns", "passthrough":
+			endpoint := u.Path
+			if endpoint == "" {
+				endpoint = u.Opaque
+			}
+			return isLoopback(strings.TrimPrefix(endpoint, "/"))
+		}
+	}
+	return isLoopback(target)
+}
+
 func runWebhook(ctx context.Context, o *webhookOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -125,7 +227,11 @@ func runWebhook(ctx context.Context, o *webhookOptions) error {
 	if err != nil {
 		return exitWith(exitLoad, "%v", err)
 	}
-	c, err := dialServer(ctx, o.server, client.WithDialOptions(webhook.DialOptions()...))
+	conn, err := webhookServerConn(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	c, err := client.Dial(ctx, o.server, append(conn.options, client.WithDialOptions(webhook.DialOptions()...))...)
 	if err != nil {
 		return exitWith(exitLoad, "%v", err)
 	}
@@ -150,7 +256,7 @@ func runWebhook(ctx context.Context, o *webhookOptions) error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(lis, "", "") }()
-	log.Info("serving admission reviews", "listen", lis.Addr().String(), "server", o.server,
+	log.Info("serving admission reviews", "listen", lis.Addr().String(), "server", o.server, "server_tls", conn.summary,
 		"timeout", o.timeout, "max_body", maxBody, "monotonic", o.monotonic)
 	select {
 	case err := <-errc:

@@ -17,7 +17,8 @@ run: build
 	$(BIN) serve --listen $(LISTEN) --data $(DATA) --load deploy/examples --log-format text
 
 # Every test: unit, golden, end-to-end (real processes, real bbolt files, real
-# gRPC on loopback), a short fuzz of the manifest loader, and the proto check.
+# gRPC on loopback), a short fuzz of the manifest loader, the proto check, and
+# the tests against a real kube-apiserver (test-k8s) when ../shared/k8s is there.
 test: proto-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
@@ -26,6 +27,9 @@ test: proto-check
 	$(GO) test -count=1 -run 'TestDifferential' ./engine/vap/
 	$(GO) test -run '^$$' -fuzz FuzzParse$$ -fuzztime 10s ./engine/manifest
 	$(GO) test -run '^$$' -fuzz FuzzDecodeJSON -fuzztime 10s ./engine/manifest
+	# Against a real kube-apiserver (built once per machine, then cached).
+	@if [ -x "$(K8S_RUN)" ]; then $(MAKE) --no-print-directory test-k8s; \
+	else echo "make test: $(K8S_RUN) not found: the tests against a real kube-apiserver were skipped"; fi
 
 test-short:
 	$(GO) test -short -count=1 ./...

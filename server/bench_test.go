@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
 )
@@ -14,6 +15,7 @@ import (
 // Pod Security policies loaded (issue budget: ≤ 150 µs median). It reports
 // the median and p99 latency of the sequential calls.
 func BenchmarkDecide(b *testing.B) {
+	gctune.Apply() // as arbiter serve does
 	ts := startServer(b, server.Config{})
 	ctx := context.Background()
 	if _, err := ts.LoadObjects(ctx, readObjects(b, pssDir)); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/client/webhook"
+	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
 )
@@ -35,6 +36,7 @@ import (
 //
 //	go test -run '^$' -bench AdmissionReview -benchtime 2500x ./client/webhook
 func BenchmarkAdmissionReview(b *testing.B) {
+	gctune.Apply() // as arbiter serve and arbiter webhook do
 	ds := startDecisionServer(b, server.Config{}, pssDir)
 	s := startShim(b, ds.addr, webhook.Config{})
 	for _, tc := range []struct {
@@ -141,6 +143,7 @@ func paced(b *testing.B, rate int, send func() error) {
 // BenchmarkAdmissionReviewSerial is the same round trip, one request at a
 // time (closed loop): the cost of one review through shim and server.
 func BenchmarkAdmissionReviewSerial(b *testing.B) {
+	gctune.Apply() // as arbiter serve and arbiter webhook do
 	ds := startDecisionServer(b, server.Config{}, pssDir)
 	s := startShim(b, ds.addr, webhook.Config{})
 	body := review(b, "create-violating-pod.json")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/report"
+	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
 )
@@ -93,6 +94,7 @@ type outcome struct {
 }
 
 func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions) error {
+	gctune.Apply()
 	if ctx == nil {
 		ctx = context.Background()
 	}

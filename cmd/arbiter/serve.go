@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/arbiter-pdp/arbiter/decisionlog"
+	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	"github.com/arbiter-pdp/arbiter/internal/tracing"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/server/gateway"
@@ -190,6 +191,7 @@ func newLogger(level, format string) (*slog.Logger, error) {
 }
 
 func runServe(ctx context.Context, o *serveOptions) error {
+	gctune.Apply()
 	if ctx == nil {
 		ctx = context.Background()
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/client/webhook"
 	"github.com/arbiter-pdp/arbiter/internal/certs"
+	"github.com/arbiter-pdp/arbiter/internal/gctune"
 )
 
 type webhookOptions struct {
@@ -209,6 +210,7 @@ func localTarget(target string) bool {
 }
 
 func runWebhook(ctx context.Context, o *webhookOptions) error {
+	gctune.Apply()
 	if ctx == nil {
 		ctx = context.Background()
 	}

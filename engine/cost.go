@@ -19,20 +19,33 @@ import (
 // makes that exact, and it roughly doubles the price of an evaluation. So
 // each program is also planned without tracking, and its cost is estimated
 // statically (cel-go's estimator with the Kubernetes library costs) for
-// inputs whose every string, list and map is at most S long, for a few S.
-// A request whose inputs are all within S runs the untracked program when
-// that estimate is below fastCostLimit — a sixteenth of the per-call limit,
-// a margin for the estimator's approximations — and is charged the
-// estimate against the policy's budget. Anything else runs tracked.
+// inputs within a size level: every list and map has at most C entries,
+// and every string, list and map is at most S long. A request whose inputs
+// are within a level runs the untracked program when that level's estimate
+// is below fastCostLimit — a sixteenth of the per-call limit, a margin for
+// the estimator's approximations — and is charged the estimate against the
+// policy's budget. Anything else runs tracked.
+//
+// C matters because Kubernetes objects are typed dyn: the estimator cannot
+// tell a string from a list, so every value read from the inputs is bounded
+// by S. But a value a comprehension iterates over is a list or a map (or
+// the iteration fails at once), so its size — the iteration count, what
+// nested comprehensions multiply — is bounded by C. Objects have few
+// entries per list and map and longer strings, so estimates at a small C
+// are orders of magnitude tighter.
 
-// sizeLevels are the S an estimate is made for.
-var sizeLevels = [...]uint64{64, 512, 4096}
+// sizeLevel is a pair of input bounds an estimate is made for (c ≤ s).
+type sizeLevel struct{ c, s uint64 }
+
+// sizeLevels are the levels estimates are made for, in the order a request
+// looks for the first that bounds its inputs.
+var sizeLevels = [...]sizeLevel{{8, 64}, {16, 512}, {64, 512}, {512, 512}, {16, 4096}, {64, 4096}, {4096, 4096}}
 
 // fastCostLimit is the largest estimate that runs untracked.
 const fastCostLimit = celconfig.PerCallLimit / 16
 
 // bound is an upper bound on the size of a value, and of every value
-// nested in it, as c + k*S for inputs bounded by S.
+// nested in it, as c + k*X for inputs bounded by X.
 type bound struct {
 	c, k  uint64
 	known bool
@@ -62,15 +75,52 @@ var (
 	scalarBound  = bound{c: 1, known: true}
 )
 
+// vbound bounds a value's own size (top) and the size of every value
+// nested in it, at any depth (inner).
+type vbound struct{ top, inner bound }
+
+// cover bounds the value and everything nested in it.
+func (v vbound) cover() bound { return v.top.max(v.inner) }
+
+func (v vbound) max(o vbound) vbound { return vbound{v.top.max(o.top), v.inner.max(o.inner)} }
+
+// nested is the bound of a value nested in v.
+func (v vbound) nested() vbound { return vbound{v.inner, v.inner} }
+
+var (
+	unknownVBound = vbound{unknownBound, unknownBound}
+	inputVBound   = vbound{inputBound, inputBound}
+	scalarVBound  = vbound{scalarBound, scalarBound}
+)
+
+// sizeBounds bound a variable: gen its length as a string, list or map in
+// terms of S; coll its entries as a list or map in terms of C.
+type sizeBounds struct{ gen, coll vbound }
+
 // sizer tells cel-go's estimator how big the values an expression reads
-// can be: request inputs at most S, variables at most their bound.
+// can be: request inputs at most S, variables at most their bound, and
+// the ranges of comprehensions at most their bound in entries.
 type sizer struct {
-	s    uint64
-	vars map[string]bound
+	s, c uint64
+	vars map[string]sizeBounds
+	// ranges are the entry bounds of comprehension ranges, by node id.
+	ranges map[int64]bound
+	// calls are the call nodes, by the id of their target (member calls)
+	// or first argument.
+	calls map[int64]int64
 }
 
 // EstimateSize implements checker.CostEstimator.
 func (z *sizer) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+	sz := z.pathSize(n)
+	if e := n.Expr(); e != nil && len(z.ranges) > 0 {
+		return z.rangeSize(e.ID(), sz)
+	}
+	return sz
+}
+
+// pathSize bounds a value from its path.
+func (z *sizer) pathSize(n checker.AstNode) *checker.SizeEstimate {
 	p := n.Path()
 	if len(p) == 0 {
 		return nil
@@ -80,12 +130,31 @@ func (z *sizer) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 		return &checker.SizeEstimate{Min: 0, Max: z.s}
 	case celenv.VariablesVar:
 		if len(p) >= 2 {
-			if b, ok := z.vars[p[1]]; ok && b.known {
-				return &checker.SizeEstimate{Min: 0, Max: b.at(z.s)}
+			if b, ok := z.vars[p[1]]; ok {
+				g := b.gen.top
+				if len(p) > 2 {
+					g = b.gen.inner
+				}
+				if g.known {
+					return &checker.SizeEstimate{Min: 0, Max: g.at(z.s)}
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// rangeSize tightens the size of node id, if it is a comprehension range,
+// to its entry bound.
+func (z *sizer) rangeSize(id int64, sz *checker.SizeEstimate) *checker.SizeEstimate {
+	b, ok := z.ranges[id]
+	if !ok || !b.known {
+		return sz
+	}
+	if c := b.at(z.c); sz == nil || c < sz.Max {
+		return &checker.SizeEstimate{Min: 0, Max: c}
+	}
+	return sz
 }
 
 // EstimateCallCost implements checker.CostEstimator (the Kubernetes
@@ -115,6 +184,37 @@ type estimator struct {
 func (e *estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate { return e.z.EstimateSize(n) }
 
 func (e *estimator) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+	ce := e.callCost(function, overloadID, target, args)
+	if ce == nil || len(e.z.ranges) == 0 {
+		return ce
+	}
+	// A call whose result a comprehension iterates over: its size is
+	// also bounded by the range's entry bound.
+	var key checker.AstNode
+	switch {
+	case target != nil && *target != nil:
+		key = *target
+	case len(args) > 0:
+		key = args[0]
+	default:
+		return ce
+	}
+	if key.Expr() == nil {
+		return ce
+	}
+	call, ok := e.z.calls[key.Expr().ID()]
+	if !ok {
+		return ce
+	}
+	if sz := e.z.rangeSize(call, ce.ResultSize); sz != ce.ResultSize {
+		out := *ce
+		out.ResultSize = sz
+		return &out
+	}
+	return ce
+}
+
+func (e *estimator) callCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
 	switch function {
 	case "_?._", "_[?_]":
 		if len(args) >= 1 {
@@ -137,27 +237,42 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 // estimate computes the program's cost estimate at every size level. An
 // expression without comprehensions costs at most linearly in S, so its
 // estimate at the largest level serves for all (estimates grow with S).
-func estimate(env *cel.Env, ast *cel.Ast, vars map[string]bound) [len(sizeLevels)]uint64 {
+func estimate(env *cel.Env, ast *cel.Ast, vars map[string]sizeBounds) [len(sizeLevels)]uint64 {
 	var out [len(sizeLevels)]uint64
-	if !hasComprehension(ast) {
-		z := &sizer{s: sizeLevels[len(sizeLevels)-1], vars: vars}
+	run := func(z *sizer) uint64 {
 		est, err := env.EstimateCost(ast, &estimator{kube: &library.CostEstimator{SizeEstimator: z}, z: z})
+		if err != nil {
+			return math.MaxUint64
+		}
+		return est.Max
+	}
+	if !hasComprehension(ast) {
+		top := sizeLevels[len(sizeLevels)-1]
+		est := run(&sizer{s: top.s, c: top.c, vars: vars})
 		for i := range out {
-			out[i] = est.Max
-			if err != nil {
-				out[i] = math.MaxUint64
-			}
+			out[i] = est
 		}
 		return out
 	}
-	for i, s := range sizeLevels {
-		z := &sizer{s: s, vars: vars}
-		est, err := env.EstimateCost(ast, &estimator{kube: &library.CostEstimator{SizeEstimator: z}, z: z})
-		if err != nil {
-			out[i] = math.MaxUint64
-			continue
+	native := ast.NativeRep()
+	w := &boundWalker{native: native, vars: vars, coll: true, scope: map[string]vbound{}}
+	ranges := map[int64]bound{}
+	w.ranges(native.Expr(), ranges)
+	calls := map[int64]int64{}
+	celast.PreOrderVisit(native.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() != celast.CallKind {
+			return
 		}
-		out[i] = est.Max
+		call := e.AsCall()
+		switch {
+		case call.IsMemberFunction():
+			calls[call.Target().ID()] = e.ID()
+		case len(call.Args()) > 0:
+			calls[call.Args()[0].ID()] = e.ID()
+		}
+	}))
+	for i, l := range sizeLevels {
+		out[i] = run(&sizer{s: l.s, c: l.c, vars: vars, ranges: ranges, calls: calls})
 	}
 	return out
 }
@@ -167,97 +282,186 @@ func estimate(env *cel.Env, ast *cel.Ast, vars map[string]bound) [len(sizeLevels
 // selections from the request, concatenations, orValue defaults, literals,
 // filters. Anything else is unknown, and expressions reading it always run
 // tracked.
-func varBound(ast *cel.Ast, vars map[string]bound) bound {
+func varBound(ast *cel.Ast, vars map[string]sizeBounds) sizeBounds {
 	native := ast.NativeRep()
-	var walk func(e celast.Expr) bound
-	walk = func(e celast.Expr) bound {
-		if t := native.GetType(e.ID()); t != nil {
-			switch t.Kind() {
-			case types.BoolKind, types.IntKind, types.UintKind, types.DoubleKind, types.NullTypeKind:
-				return scalarBound
-			}
-		}
-		switch e.Kind() {
-		case celast.LiteralKind:
-			switch v := e.AsLiteral().(type) {
-			case types.String:
-				return bound{c: uint64(len(v)), known: true}
-			case types.Bytes:
-				return bound{c: uint64(len(v)), known: true}
-			}
-			return scalarBound
-		case celast.IdentKind:
-			if requestInputs[e.AsIdent()] || e.AsIdent() == celenv.ExceptionsVar {
-				return inputBound
-			}
-			return unknownBound
-		case celast.SelectKind:
-			sel := e.AsSelect()
-			op := sel.Operand()
-			if op.Kind() == celast.IdentKind && op.AsIdent() == celenv.VariablesVar {
-				if b, ok := vars[sel.FieldName()]; ok {
-					return b
-				}
-				return unknownBound
-			}
-			return walk(op)
-		case celast.ListKind:
-			l := e.AsList()
-			b := bound{c: uint64(l.Size()), known: true}
-			for _, el := range l.Elements() {
-				b = b.plus(walk(el))
-			}
-			return b
-		case celast.MapKind:
-			m := e.AsMap()
-			b := bound{c: uint64(m.Size()), known: true}
-			for _, en := range m.Entries() {
-				me := en.AsMapEntry()
-				b = b.plus(walk(me.Key())).plus(walk(me.Value()))
-			}
-			return b
-		case celast.CallKind:
-			call := e.AsCall()
-			args := call.Args()
-			switch call.FunctionName() {
-			case "_+_":
-				if len(args) == 2 {
-					return walk(args[0]).plus(walk(args[1]))
-				}
-			case "__orValueCompat__", "or", "orValue":
-				b := scalarBound
-				if call.IsMemberFunction() {
-					b = walk(call.Target())
-				}
-				for _, a := range args {
-					b = b.max(walk(a))
-				}
-				return b
-			case "_?_:_":
-				if len(args) == 3 {
-					return walk(args[1]).max(walk(args[2]))
-				}
-			case "_?._", "_[_]", "_[?_]":
-				if len(args) >= 1 {
-					return walk(args[0])
-				}
-			}
-			return unknownBound
-		case celast.ComprehensionKind:
-			c := e.AsComprehension()
-			// filter keeps elements of its range; all/exists are scalars (above).
-			if c.Result().Kind() == celast.IdentKind && c.Result().AsIdent() == c.AccuVar() &&
-				c.LoopStep().Kind() == celast.CallKind && c.LoopStep().AsCall().FunctionName() == "_?_:_" {
-				step := c.LoopStep().AsCall().Args()
-				if len(step) == 3 && isAppendOfIterVar(step[1], c.AccuVar(), c.IterVar()) {
-					return walk(c.IterRange())
-				}
-			}
-			return unknownBound
-		}
-		return unknownBound
+	return sizeBounds{
+		gen:  (&boundWalker{native: native, vars: vars, scope: map[string]vbound{}}).walk(native.Expr()),
+		coll: (&boundWalker{native: native, vars: vars, coll: true, scope: map[string]vbound{}}).walk(native.Expr()),
 	}
-	return walk(native.Expr())
+}
+
+// boundWalker computes bounds of expressions: lengths in terms of S, or
+// (coll) entries in terms of C.
+type boundWalker struct {
+	native *celast.AST
+	vars   map[string]sizeBounds
+	coll   bool
+	// scope holds the bounds of the comprehension variables in scope.
+	scope map[string]vbound
+}
+
+func (w *boundWalker) walk(e celast.Expr) vbound {
+	if t := w.native.GetType(e.ID()); t != nil {
+		switch t.Kind() {
+		case types.BoolKind, types.IntKind, types.UintKind, types.DoubleKind, types.NullTypeKind:
+			return scalarVBound
+		case types.StringKind, types.BytesKind:
+			if w.coll {
+				// Not a list or a map: nothing to iterate.
+				return scalarVBound
+			}
+		}
+	}
+	switch e.Kind() {
+	case celast.LiteralKind:
+		if w.coll {
+			return scalarVBound
+		}
+		switch v := e.AsLiteral().(type) {
+		case types.String:
+			return vbound{bound{c: uint64(len(v)), known: true}, scalarBound}
+		case types.Bytes:
+			return vbound{bound{c: uint64(len(v)), known: true}, scalarBound}
+		}
+		return scalarVBound
+	case celast.IdentKind:
+		name := e.AsIdent()
+		if b, ok := w.scope[name]; ok {
+			return b
+		}
+		if requestInputs[name] || name == celenv.ExceptionsVar {
+			return inputVBound
+		}
+		return unknownVBound
+	case celast.SelectKind:
+		sel := e.AsSelect()
+		op := sel.Operand()
+		if op.Kind() == celast.IdentKind && op.AsIdent() == celenv.VariablesVar {
+			if _, local := w.scope[celenv.VariablesVar]; !local {
+				if b, ok := w.vars[sel.FieldName()]; ok {
+					if w.coll {
+						return b.coll
+					}
+					return b.gen
+				}
+				return unknownVBound
+			}
+		}
+		return w.walk(op).nested()
+	case celast.ListKind:
+		l := e.AsList()
+		b := vbound{bound{c: uint64(l.Size()), known: true}, scalarBound}
+		for _, el := range l.Elements() {
+			b.inner = b.inner.max(w.walk(el).cover())
+		}
+		return b
+	case celast.MapKind:
+		m := e.AsMap()
+		b := vbound{bound{c: uint64(m.Size()), known: true}, scalarBound}
+		for _, en := range m.Entries() {
+			me := en.AsMapEntry()
+			b.inner = b.inner.max(w.walk(me.Key()).cover()).max(w.walk(me.Value()).cover())
+		}
+		return b
+	case celast.CallKind:
+		call := e.AsCall()
+		args := call.Args()
+		switch call.FunctionName() {
+		case "_+_":
+			if len(args) == 2 {
+				a, b := w.walk(args[0]), w.walk(args[1])
+				return vbound{a.top.plus(b.top), a.inner.max(b.inner)}
+			}
+		case "__orValueCompat__", "or", "orValue":
+			b := scalarVBound
+			if call.IsMemberFunction() {
+				b = w.walk(call.Target())
+			}
+			for _, a := range args {
+				b = b.max(w.walk(a))
+			}
+			return b
+		case "_?_:_":
+			if len(args) == 3 {
+				return w.walk(args[1]).max(w.walk(args[2]))
+			}
+		case "_?._", "_[_]", "_[?_]":
+			if len(args) >= 1 {
+				return w.walk(args[0]).nested()
+			}
+		}
+		return unknownVBound
+	case celast.ComprehensionKind:
+		c := e.AsComprehension()
+		// filter keeps elements of its range; all/exists are scalars (above).
+		if c.Result().Kind() == celast.IdentKind && c.Result().AsIdent() == c.AccuVar() &&
+			c.LoopStep().Kind() == celast.CallKind && c.LoopStep().AsCall().FunctionName() == "_?_:_" {
+			step := c.LoopStep().AsCall().Args()
+			if len(step) == 3 && isAppendOfIterVar(step[1], c.AccuVar(), c.IterVar()) {
+				return w.walk(c.IterRange())
+			}
+		}
+		return unknownVBound
+	}
+	return unknownVBound
+}
+
+// ranges records the bound of every comprehension range under e (in
+// entries, for a coll walker), with the comprehension variables in scope
+// bounded by their range's bound (which covers the nested values).
+func (w *boundWalker) ranges(e celast.Expr, out map[int64]bound) {
+	switch e.Kind() {
+	case celast.ComprehensionKind:
+		c := e.AsComprehension()
+		w.ranges(c.IterRange(), out)
+		w.ranges(c.AccuInit(), out)
+		rb := w.walk(c.IterRange())
+		out[c.IterRange().ID()] = rb.top
+		names := []string{c.IterVar(), c.AccuVar()}
+		if c.HasIterVar2() {
+			names = append(names, c.IterVar2())
+		}
+		saved := make(map[string]vbound, len(names))
+		had := make(map[string]bool, len(names))
+		for _, n := range names {
+			saved[n], had[n] = w.scope[n]
+		}
+		w.scope[c.IterVar()] = rb.nested()
+		if c.HasIterVar2() {
+			w.scope[c.IterVar2()] = rb.nested()
+		}
+		w.scope[c.AccuVar()] = unknownVBound
+		w.ranges(c.LoopCondition(), out)
+		w.ranges(c.LoopStep(), out)
+		w.ranges(c.Result(), out)
+		for _, n := range names {
+			if had[n] {
+				w.scope[n] = saved[n]
+			} else {
+				delete(w.scope, n)
+			}
+		}
+	case celast.CallKind:
+		call := e.AsCall()
+		if call.IsMemberFunction() {
+			w.ranges(call.Target(), out)
+		}
+		for _, a := range call.Args() {
+			w.ranges(a, out)
+		}
+	case celast.SelectKind:
+		w.ranges(e.AsSelect().Operand(), out)
+	case celast.ListKind:
+		for _, el := range e.AsList().Elements() {
+			w.ranges(el, out)
+		}
+	case celast.MapKind:
+		for _, en := range e.AsMap().Entries() {
+			me := en.AsMapEntry()
+			w.ranges(me.Key(), out)
+			w.ranges(me.Value(), out)
+		}
+	}
 }
 
 // isAppendOfIterVar matches `accu + [iterVar]`, the step of filter().
@@ -273,36 +477,44 @@ func isAppendOfIterVar(e celast.Expr, accu, iter string) bool {
 	return len(el) == 1 && el[0].Kind() == celast.IdentKind && el[0].AsIdent() == iter
 }
 
-// sizeLevel returns the index of the smallest size level that bounds the
-// request's inputs, or -1.
-func sizeLevel(s uint64) int {
+// levelFor returns the index of the first size level that bounds inputs
+// with at most c entries per list and map and s long, or -1.
+func levelFor(c, s uint64) int {
+	s = max(s, c)
 	for i, l := range sizeLevels {
-		if s <= l {
+		if c <= l.c && s <= l.s {
 			return i
 		}
 	}
 	return -1
 }
 
-// maxSize returns the largest string, list or map size in JSON-shaped data.
-func maxSize(v any) uint64 {
+// maxSizes returns the most entries of a list or map in JSON-shaped data,
+// and the longest string, list or map.
+func maxSizes(v any) (c, s uint64) {
 	switch t := v.(type) {
 	case string:
-		return uint64(len(t))
+		return 0, uint64(len(t))
 	case map[string]any:
-		m := uint64(len(t))
+		c = uint64(len(t))
+		s = c
 		for k, e := range t {
-			m = max(m, uint64(len(k)), maxSize(e))
+			ec, es := maxSizes(e)
+			c = max(c, ec)
+			s = max(s, uint64(len(k)), es)
 		}
-		return m
+		return c, s
 	case []any:
-		m := uint64(len(t))
+		c = uint64(len(t))
+		s = c
 		for _, e := range t {
-			m = max(m, maxSize(e))
+			ec, es := maxSizes(e)
+			c = max(c, ec)
+			s = max(s, es)
 		}
-		return m
+		return c, s
 	}
-	return 0
+	return 0, 0
 }
 
 func hasComprehension(ast *cel.Ast) bool {

@@ -186,19 +186,25 @@ type evalRequest struct {
 // level returns the index of the size level bounding the request's inputs.
 func (rq *evalRequest) level() int {
 	if rq.sizeLevel == -2 {
-		s := max(maxSize(rq.req.Object), maxSize(rq.req.OldObject), maxSize(rq.namespaceObject),
-			maxSize(rq.req.Options), rq.extraSize, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)),
-			uint64(len(rq.req.UserInfo.Username)), uint64(len(rq.req.UserInfo.Groups)), uint64(len(rq.req.UserInfo.Extra)))
-		for _, g := range rq.req.UserInfo.Groups {
+		var c, s uint64
+		for _, v := range []any{rq.req.Object, rq.req.OldObject, rq.namespaceObject, rq.req.Options} {
+			vc, vs := maxSizes(v)
+			c, s = max(c, vc), max(s, vs)
+		}
+		u := rq.req.UserInfo
+		c = max(c, rq.extraSize, uint64(len(u.Groups)), uint64(len(u.Extra)))
+		s = max(s, rq.extraSize, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)), uint64(len(u.Username)))
+		for _, g := range u.Groups {
 			s = max(s, uint64(len(g)))
 		}
-		for k, vs := range rq.req.UserInfo.Extra {
-			s = max(s, uint64(len(k)), uint64(len(vs)))
+		for k, vs := range u.Extra {
+			c = max(c, uint64(len(vs)))
+			s = max(s, uint64(len(k)))
 			for _, v := range vs {
 				s = max(s, uint64(len(v)))
 			}
 		}
-		rq.sizeLevel = sizeLevel(s)
+		rq.sizeLevel = levelFor(c, s)
 	}
 	return rq.sizeLevel
 }
@@ -333,7 +339,7 @@ func (rq *evalRequest) evalVariant(e *entry, v *variant) Result {
 	if b := rq.req.CostBudget; b > 0 && rq.cost > b {
 		return rq.result(v.policy, "evaluation", ResultError, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", b, rq.cost), nil)
 	}
-	st := &policyState{rq: rq, v: v}
+	st := &policyState{rq: rq, v: v, exact: rq.req.exact}
 	r := rq.evalVariantOnce(e, v, st)
 	if st.inexact {
 		// Charged estimates exceeded the budget: redo the policy with
@@ -571,6 +577,10 @@ var (
 	errInexact = errors.New("cost estimates exceeded the budget")
 )
 
+// estimateCheck, when set (by tests), is called after every untracked
+// evaluation, to check the estimate charged bounds the exact cost.
+var estimateCheck func(st *policyState, p *program, level int)
+
 // eval evaluates a program in this policy's activation, sharing the
 // results of request-pure expressions across policies.
 func (st *policyState) eval(p *program) (ref.Val, error) {
@@ -594,6 +604,9 @@ func (st *policyState) eval(p *program) (ref.Val, error) {
 			return nil, errInexact
 		}
 		out, _, err = p.fast.Eval(st)
+		if estimateCheck != nil {
+			estimateCheck(st, p, lvl)
+		}
 	} else {
 		prg, perr := p.trackedProgram()
 		if perr != nil {

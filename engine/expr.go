@@ -61,7 +61,7 @@ var impureOverloads = []string{"random", "now"}
 // compileExpr compiles expr in the environment pair. want, when not nil, is
 // the exact output type required; its error text is Kyverno's. vars are the
 // size bounds of the policy's variables declared so far.
-func compileExpr(pair celenv.Pair, expr string, want *types.Type, vars map[string]bound) (*program, *cel.Ast, error) {
+func compileExpr(pair celenv.Pair, expr string, want *types.Type, vars map[string]sizeBounds) (*program, *cel.Ast, error) {
 	env := pair.Tracked
 	ast, issues := env.Compile(expr)
 	if err := issues.Err(); err != nil {

@@ -371,7 +371,7 @@ func compileVariant(env *celenv.Env, o *Object, p *Policy, config, templatePath 
 	if err != nil {
 		return nil, loadErr(o, "spec", "%v", err)
 	}
-	bounds := map[string]bound{}
+	bounds := map[string]sizeBounds{}
 	compile := func(field, expr string, want *types.Type) (*program, *cel.Ast, *LoadError) {
 		prg, ast, err := compileExpr(penv.Pair, expr, want, bounds)
 		if err != nil {

@@ -92,6 +92,10 @@ type Request struct {
 	Context kyvernocel.Context
 	// Now is the time exceptions' expiresAt is compared with (zero: time.Now()).
 	Now time.Time
+
+	// exact runs every program with cost tracking (tests compare it with
+	// the untracked fast path).
+	exact bool
 }
 
 // Fill derives what a request leaves unset from its objects: kind from

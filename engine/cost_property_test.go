@@ -193,7 +193,9 @@ func randomPod(rng *rand.Rand) map[string]any {
 	for i := range n() {
 		labels[fmt.Sprintf("l%d", i)] = str("v")
 	}
-	sysctls := list(n(), func(i int) map[string]any { return map[string]any{"name": str("net.ipv4.ping_group_range"), "value": "1"} })
+	sysctls := list(n(), func(i int) map[string]any {
+		return map[string]any{"name": str("net.ipv4.ping_group_range"), "value": "1"}
+	})
 	volumes := list(n(), func(i int) map[string]any {
 		if rng.IntN(3) == 0 {
 			return map[string]any{"name": fmt.Sprintf("v%d", i), "hostPath": map[string]any{"path": str("/var")}}

@@ -35,7 +35,10 @@ func BenchmarkDecide(b *testing.B) {
 				}
 			}
 			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(float64(lat[len(lat)/10].Microseconds()), "µs-p10")
+			b.ReportMetric(float64(lat[len(lat)/4].Microseconds()), "µs-p25")
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "µs-median")
+			b.ReportMetric(float64(lat[len(lat)*3/4].Microseconds()), "µs-p75")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "µs-p99")
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
+	"runtime"
 
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/limits"
@@ -39,7 +40,9 @@ func (s *Server) interceptors(recoverU, logU grpc.UnaryServerInterceptor, recove
 
 // serverOptions are the gRPC options that follow from the configuration.
 func (s *Server) serverOptions() []grpc.ServerOption {
-	var opts []grpc.ServerOption
+	// Run handlers on a fixed set of workers rather than a new goroutine
+	// per call.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
 	if n := s.cfg.Limits.MaxRequestBytes; n > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(n))
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 )
@@ -30,6 +31,23 @@ func exitWith(code int, format string, args ...any) error {
 }
 
 func main() {
+	// ARBITER_CPUPROFILE=FILE writes a CPU profile of the whole run (see
+	// docs/performance.md).
+	if path := os.Getenv("ARBITER_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "error: ARBITER_CPUPROFILE:", err)
+			os.Exit(exitLoad)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "error: ARBITER_CPUPROFILE:", err)
+			os.Exit(exitLoad)
+		}
+		code := run(os.Args[1:])
+		pprof.StopCPUProfile()
+		f.Close()
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:]))
 }
 

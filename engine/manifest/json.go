@@ -16,7 +16,9 @@ import (
 // as float64, strings (invalid UTF-8 replaced by U+FFFD), bools and nil.
 // FuzzDecodeJSON checks it against that decoder.
 func decodeJSONValue(data []byte) (any, error) {
-	d := jsonDecoder{data: data}
+	// Strings are slices of one copy of the input: keys cost nothing and
+	// a string value only its interface header.
+	d := jsonDecoder{data: data, src: string(data)}
 	d.skipSpace()
 	v, err := d.value(0)
 	if err != nil {
@@ -34,7 +36,9 @@ const maxJSONDepth = 10000
 
 type jsonDecoder struct {
 	data []byte
-	pos  int
+	// src is data as a string.
+	src string
+	pos int
 }
 
 var errJSONEnd = errors.New("unexpected end of JSON input")
@@ -67,7 +71,11 @@ func (d *jsonDecoder) value(depth int) (any, error) {
 	case c == '[':
 		return d.array(depth)
 	case c == '"':
-		return d.string()
+		s, err := d.string()
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case c == 't':
 		return d.literal("true", true)
 	case c == 'f':
@@ -125,7 +133,7 @@ func (d *jsonDecoder) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		m[k.(string)] = v
+		m[k] = v
 		d.skipSpace()
 		if d.pos >= len(d.data) {
 			return nil, errJSONEnd
@@ -173,30 +181,30 @@ func (d *jsonDecoder) array(depth int) (any, error) {
 	}
 }
 
-func (d *jsonDecoder) string() (any, error) {
+func (d *jsonDecoder) string() (string, error) {
 	d.pos++ // "
 	start := d.pos
 	// Fast path: no escapes, valid ASCII/UTF-8.
 	for d.pos < len(d.data) {
 		c := d.data[d.pos]
 		if c == '"' {
-			s := d.data[start:d.pos]
+			s := d.src[start:d.pos]
 			d.pos++
-			if utf8.Valid(s) {
-				return string(s), nil
+			if utf8.ValidString(s) {
+				return s, nil
 			}
-			return string([]rune(string(s))), nil // invalid bytes become U+FFFD
+			return string([]rune(s)), nil // invalid bytes become U+FFFD
 		}
 		if c == '\\' {
 			break
 		}
 		if c < 0x20 {
-			return nil, d.errorf("invalid character %q in string literal", c)
+			return "", d.errorf("invalid character %q in string literal", c)
 		}
 		d.pos++
 	}
 	if d.pos >= len(d.data) {
-		return nil, errJSONEnd
+		return "", errJSONEnd
 	}
 	// Slow path with escapes.
 	buf := make([]byte, 0, d.pos-start+16)
@@ -213,7 +221,7 @@ func (d *jsonDecoder) string() (any, error) {
 		case c == '\\':
 			d.pos++
 			if d.pos >= len(d.data) {
-				return nil, errJSONEnd
+				return "", errJSONEnd
 			}
 			e := d.data[d.pos]
 			d.pos++
@@ -233,7 +241,7 @@ func (d *jsonDecoder) string() (any, error) {
 			case 'u':
 				r, ok := d.hex4()
 				if !ok {
-					return nil, d.errorf("invalid \\u escape")
+					return "", d.errorf("invalid \\u escape")
 				}
 				if utf16.IsSurrogate(r) {
 					r2 := rune(-1)
@@ -242,7 +250,7 @@ func (d *jsonDecoder) string() (any, error) {
 						d.pos += 2
 						var ok2 bool
 						if r2, ok2 = d.hex4(); !ok2 {
-							return nil, d.errorf("invalid \\u escape")
+							return "", d.errorf("invalid \\u escape")
 						}
 						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
 							buf = utf8.AppendRune(buf, dec)
@@ -255,16 +263,16 @@ func (d *jsonDecoder) string() (any, error) {
 				}
 				buf = utf8.AppendRune(buf, r)
 			default:
-				return nil, d.errorf("invalid escape character %q", e)
+				return "", d.errorf("invalid escape character %q", e)
 			}
 		case c < 0x20:
-			return nil, d.errorf("invalid character %q in string literal", c)
+			return "", d.errorf("invalid character %q in string literal", c)
 		default:
 			buf = append(buf, c)
 			d.pos++
 		}
 	}
-	return nil, errJSONEnd
+	return "", errJSONEnd
 }
 
 func (d *jsonDecoder) hex4() (rune, bool) {

@@ -230,6 +230,9 @@ func Decode(raw []byte) (map[string]any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
+	if obj, ok := decodeYAMLFast(raw); ok {
+		return obj, nil
+	}
 	js, err := yaml.YAMLToJSON(raw)
 	if err != nil {
 		return nil, err

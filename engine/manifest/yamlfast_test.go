@@ -1,0 +1,148 @@
+package manifest
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// decodeYAMLReference is Decode's full path: sigs.k8s.io/yaml to JSON,
+// then JSON to data.
+func decodeYAMLReference(raw []byte) (map[string]any, error) {
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	js = bytes.TrimSpace(js)
+	if bytes.Equal(js, []byte("null")) {
+		return nil, nil
+	}
+	return DecodeJSON(js)
+}
+
+// checkFastSameAsReference fails when the fast path accepts a document
+// and decodes it differently from the full path (or the full path rejects
+// it).
+func checkFastSameAsReference(t *testing.T, data []byte) bool {
+	t.Helper()
+	got, ok := decodeYAMLFast(data)
+	if !ok {
+		return false
+	}
+	want, err := decodeYAMLReference(data)
+	if err != nil {
+		t.Fatalf("%q: fast path accepted what sigs.k8s.io/yaml rejects: %v", data, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\n fast %#v\n full %#v", data, got, want)
+	}
+	return true
+}
+
+var yamlSeeds = []string{
+	"apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  labels:\n    app.kubernetes.io/name: web # c\nspec:\n  containers:\n  - name: c\n    image: nginx:1.27\n    args: [\"--a\", '-b', c, 3]\n    ports:\n      - containerPort: 8080\n        protocol: TCP\n  volumes: []\n  x: {}\n",
+	"a: yes\nb: No\nc: ~\nd: null\ne:\nf: 0\ng: -12\nh: 007\ni: 1.5\nj: 1e3\nk: 0x1F\nl: 2001-12-14\nm: 12:30\nn: .inf\no: 100m\np: 128Mi\nq: '1'\nr: \"a\\\"b\\n\"\ns: 'it''s'\n",
+	"- a\n- b\n",
+	"a:\n  - - x\n",
+	"a: b\n  c\n",
+	"a: |\n  x\n",
+	"a: &x 1\nb: *x\n",
+	"a: 1\na: 2\n",
+	"1: a\n",
+	"true: a\n",
+	"\"quoted key\": v\n'k2': [a,b]\n",
+	"a:\n-\n- b\n-   c: d\n    e: f\n",
+	"a: b # c: d\nx: 'y' # z\n",
+	"a: [1, 2,]\n",
+	"a: [x: y]\n",
+	"a:b\n",
+	"key: value with: colon\n",
+	"key: -\n",
+	"key: - x\n",
+	"a:\n  b: 1\n c: 2\n",
+	"  a: 1\nb: 2\n",
+	"a: \"unterminated\n",
+	"a: 9223372036854775807\nb: 999999999999999999\nc: -999999999999999999\n",
+	"a: +1\nb: -0\nc: 0b101\nd: 1_000\ne: .5\nf: -.inf\ng: .\nh: -x\n",
+	"a: '#not a comment'\nb: x#y\nc: \"x # y\" # z\n",
+	"? a\n: b\n",
+	"a: !!str 1\n",
+	"a:\n  # comment\n  b: 1\n\n  c: 2\n",
+	"a: b\n---\nc: d\n",
+	"a: {b: c}\n",
+}
+
+func FuzzDecodeYAMLFast(f *testing.F) {
+	for _, s := range yamlSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkFastSameAsReference(t, data) })
+}
+
+// TestDecodeYAMLFastOnRealManifests runs every YAML document of the
+// repository's examples and test data (and the Kyverno conformance suites
+// when ../shared is beside the checkout) through both paths: where the
+// fast path accepts a document, the data must be the full path's. The
+// test Pods and Deployment (plain manifests) must take it.
+func TestDecodeYAMLFastOnRealManifests(t *testing.T) {
+	var files []string
+	for _, root := range []string{"../../deploy", "../../engine/testdata", "../../docs", "../../../shared/bench/workload", "../../../shared/conformance"} {
+		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+				files = append(files, path)
+			}
+			return nil
+		})
+	}
+	var docs, fast int
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---")) {
+			docs++
+			if checkFastSameAsReference(t, doc) {
+				fast++
+			}
+		}
+	}
+	t.Logf("%d files, %d documents, %d decoded by the fast path", len(files), docs, fast)
+	for _, f := range []string{"../../engine/testdata/pss/compliant-pod.yaml", "../../engine/testdata/pss/violating-pod.yaml", "../../engine/testdata/pss/violating-deployment.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := decodeYAMLFast(data); !ok {
+			t.Errorf("%s: the fast path declined it", f)
+		}
+	}
+}
+
+func BenchmarkDecodeYAML(b *testing.B) {
+	data, err := os.ReadFile("../../engine/testdata/pss/compliant-pod.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := decodeYAMLFast(data); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("sigs.k8s.io/yaml", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeYAMLReference(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -92,6 +92,21 @@ type outcome struct {
 	decision  *arbiterv1.DecideResponse
 	candidate *arbiterv1.DecideResponse
 	changed   bool
+	// report is the outcome's PolicyReport, and reportJSON its -o json
+	// encoding (when that is the output), made by finish.
+	report     report.Report
+	reportJSON []byte
+}
+
+// finish makes the outcome's report (and its JSON for -o json), where the
+// outcome is decided: in parallel, while other outcomes are decided.
+func (oc *outcome) finish(format string) {
+	gvk := schema.FromAPIVersionAndKind(oc.resource.APIVersion, oc.resource.Kind)
+	oc.report = report.New(oc.resource.APIVersion, oc.resource.Kind, oc.namespace, oc.resource.Name,
+		engine.IsNamespaced(gvk.GroupKind()), reportResults(oc.decision.GetResults()))
+	if format == "json" {
+		oc.reportJSON = oc.report.AppendJSON(make([]byte, 0, 1024+512*len(oc.report.Results)), "  ")
+	}
 }
 
 func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions) error {
@@ -151,7 +166,7 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 		if err != nil {
 			return err
 		}
-		outcomes = decideLocal(ctx, ps, in.resources, reqs, prog)
+		outcomes = decideLocal(ctx, ps, in.resources, reqs, prog, o.output)
 	}
 	prog.done(time.Since(start))
 	if whatIf != nil {
@@ -163,14 +178,25 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 		}
 		return nil
 	}
-	reports := make([]report.Report, len(outcomes))
-	for i, oc := range outcomes {
-		gvk := schema.FromAPIVersionAndKind(oc.resource.APIVersion, oc.resource.Kind)
-		reports[i] = report.New(oc.resource.APIVersion, oc.resource.Kind, oc.namespace, oc.resource.Name,
-			engine.IsNamespaced(gvk.GroupKind()), reportResults(oc.decision.GetResults()))
+	if o.server != "" {
+		parallelDo(len(outcomes), func(i int) { outcomes[i].finish(o.output) })
 	}
-	if err := writeReports(out, o.output, reports); err != nil {
-		return err
+	if o.output == "json" {
+		encoded := make([][]byte, len(outcomes))
+		for i := range outcomes {
+			encoded[i] = outcomes[i].reportJSON
+		}
+		if err := writeJSONArray(out, encoded); err != nil {
+			return err
+		}
+	} else {
+		reports := make([]report.Report, len(outcomes))
+		for i := range outcomes {
+			reports[i] = outcomes[i].report
+		}
+		if err := writeReports(out, o.output, reports); err != nil {
+			return err
+		}
 	}
 	if failed(outcomes, o.failOn) {
 		return exitWith(exitDenied, "")
@@ -201,11 +227,12 @@ func failed(outcomes []outcome, failOn string) bool {
 }
 
 // decideLocal evaluates every request on the compiled set, in parallel.
-func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []*engine.Object, reqs []*engine.Request, prog *progress) []outcome {
+func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []*engine.Object, reqs []*engine.Request, prog *progress, format string) []outcome {
 	outcomes := make([]outcome, len(reqs))
 	parallelDo(len(reqs), func(i int) {
 		outcomes[i] = outcome{resource: resources[i], namespace: reqs[i].Namespace,
 			decision: server.ResponseFromDecision(ps.Evaluate(ctx, reqs[i]))}
+		outcomes[i].finish(format)
 		prog.add(1)
 	})
 	return outcomes
@@ -264,8 +291,18 @@ func writeJSONReports(out io.Writer, reports []report.Report) error {
 	}
 	encoded := make([][]byte, len(reports))
 	parallelDo(len(reports), func(i int) {
-		encoded[i] = reports[i].AppendJSON(make([]byte, 0, 4096), "  ")
+		encoded[i] = reports[i].AppendJSON(make([]byte, 0, 1024+512*len(reports[i].Results)), "  ")
 	})
+	return writeJSONArray(out, encoded)
+}
+
+// writeJSONArray writes encoded JSON values (indented one level) as the
+// elements of an indented array.
+func writeJSONArray(out io.Writer, encoded [][]byte) error {
+	if len(encoded) == 0 {
+		_, err := io.WriteString(out, "[]\n")
+		return err
+	}
 	w := bufio.NewWriterSize(out, 1<<16)
 	w.WriteString("[\n  ")
 	for i, b := range encoded {

@@ -167,17 +167,9 @@ func ReadPaths(stdin io.Reader, paths ...string) ([]*Document, error) {
 func Parse(file string, data []byte) ([]*Document, error) {
 	// Split first (cheap), then decode the documents in parallel: YAML
 	// decoding dominates the cost of large inputs (helm template output).
-	var raws [][]byte
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for index := 1; ; index++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, &Error{File: file, Index: index, Err: err}
-		}
-		raws = append(raws, raw)
+	raws, index, err := splitDocuments(data)
+	if err != nil {
+		return nil, &Error{File: file, Index: index, Err: err}
 	}
 	objs := make([]map[string]any, len(raws))
 	errs := make([]error, len(raws))
@@ -222,6 +214,54 @@ func Parse(file string, data []byte) ([]*Document, error) {
 		docs = append(docs, &Document{File: file, Index: index, Object: obj})
 	}
 	return docs, nil
+}
+
+// splitDocuments splits a YAML stream at its "---" lines as Kubernetes'
+// YAMLReader does (FuzzSplitDocuments compares them); on an error, index
+// is the number of the document it is in.
+func splitDocuments(data []byte) (docs [][]byte, index int, err error) {
+	if bytes.IndexByte(data, '\r') >= 0 {
+		// YAMLReader drops the \r of \r\n line ends: let it.
+		return splitDocumentsReader(data)
+	}
+	docStart, pos := 0, 0
+	for pos < len(data) {
+		line, next := data[pos:], len(data)
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line, next = line[:i], pos+i+1
+		}
+		if bytes.HasPrefix(line, []byte("---")) {
+			if trimmed := bytes.TrimSpace(line[3:]); len(trimmed) > 0 && trimmed[0] != '#' {
+				return nil, len(docs) + 1, fmt.Errorf("invalid Yaml document separator: %s", trimmed)
+			}
+			// A separator ends a non-empty document; at the start of one,
+			// YAMLReader keeps it as the document's first line.
+			if pos > docStart {
+				docs = append(docs, data[docStart:pos])
+				docStart = next
+			}
+		}
+		pos = next
+	}
+	if len(data) > docStart {
+		docs = append(docs, data[docStart:])
+	}
+	return docs, 0, nil
+}
+
+// splitDocumentsReader is splitDocuments by Kubernetes' YAMLReader.
+func splitDocumentsReader(data []byte) (docs [][]byte, index int, err error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for index := 1; ; index++ {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, 0, nil
+		}
+		if err != nil {
+			return nil, index, err
+		}
+		docs = append(docs, raw)
+	}
 }
 
 // Decode converts one YAML or JSON document to JSON-shaped data. It returns

@@ -146,3 +146,31 @@ func BenchmarkDecodeYAML(b *testing.B) {
 		}
 	})
 }
+
+// FuzzSplitDocuments compares splitDocuments with Kubernetes' YAMLReader:
+// the same documents (the reader ends the last line with a newline) and
+// the same errors.
+func FuzzSplitDocuments(f *testing.F) {
+	for _, s := range []string{"a: 1\n---\nb: 2\n", "---\n---\n\n---\na", "--- # c\nx\n---x\n", "a\r\nb\r\n---\r\nc", "\n\n---\n", "---  \t\n--- #\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, gi, gerr := splitDocuments(data)
+		want, wi, werr := splitDocumentsReader(data)
+		if (gerr == nil) != (werr == nil) || gerr != nil && (gerr.Error() != werr.Error() || gi != wi) {
+			t.Fatalf("%q: error %v at %d, YAMLReader %v at %d", data, gerr, gi, werr, wi)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d documents, YAMLReader %d", data, len(got), len(want))
+		}
+		for i := range got {
+			g := got[i]
+			if i == len(got)-1 && !bytes.HasSuffix(g, []byte("\n")) {
+				g = append(g[:len(g):len(g)], '\n')
+			}
+			if !bytes.Equal(g, want[i]) {
+				t.Fatalf("%q: document %d %q, YAMLReader %q", data, i, got[i], want[i])
+			}
+		}
+	})
+}

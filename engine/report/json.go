@@ -126,12 +126,17 @@ func (w *jsonWriter) close(c byte) {
 	w.first = false
 }
 
+const spaces = "                                                                "
+
 func (w *jsonWriter) newline() {
 	w.b = append(w.b, '\n')
 	w.b = append(w.b, w.prefix...)
-	for range w.depth {
-		w.b = append(w.b, ' ', ' ')
+	n := 2 * w.depth
+	for n > len(spaces) {
+		w.b = append(w.b, spaces...)
+		n -= len(spaces)
 	}
+	w.b = append(w.b, spaces[:n]...)
 }
 
 // elem starts a member of an array or object.
@@ -152,6 +157,15 @@ func (w *jsonWriter) key(k string) {
 func (w *jsonWriter) str(s string) { w.b = appendString(w.b, s) }
 
 func (w *jsonWriter) strMap(m map[string]string) {
+	if len(m) == 1 {
+		for k, v := range m {
+			w.open('{')
+			w.key(k)
+			w.str(v)
+			w.close('}')
+		}
+		return
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -167,13 +181,21 @@ func (w *jsonWriter) strMap(m map[string]string) {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonSafe marks the ASCII bytes a JSON string holds as they are.
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\'
+	}
+	return t
+}()
+
 // appendString is encoding/json's string encoding without HTML escaping.
 func appendString(dst []byte, src string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(src); {
 		if b := src[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
+			if jsonSafe[b] {
 				i++
 				continue
 			}

@@ -67,3 +67,18 @@ func TestAppendJSONMatchesEncoding(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkAppendJSON(b *testing.B) {
+	r := New("v1", "Pod", "bench", "pod", true, nil)
+	for range 16 {
+		r.Results = append(r.Results, Result{Policy: "disallow-capabilities", Result: "pass", Message: "success",
+			Properties: map[string]string{"process": "background scan"}, Source: "KyvernoValidatingPolicy", Scored: true,
+			Category: "Pod Security Standards (Baseline) in ValidatingPolicy", Severity: "medium"})
+	}
+	b.ReportAllocs()
+	buf := make([]byte, 0, 16<<10)
+	for b.Loop() {
+		buf = r.AppendJSON(buf[:0], "  ")
+	}
+	b.SetBytes(int64(len(buf)))
+}

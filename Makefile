@@ -7,6 +7,7 @@ BUF     := $(GO) tool -modfile=tools/go.mod buf
 # make test's short fuzz runs (~10 s each on 2 cores).
 FUZZ_PARSE_EXECS ?= 80000x
 FUZZ_JSON_EXECS  ?= 200000x
+FUZZ_YAML_EXECS  ?= 100000x
 
 .PHONY: all build run test test-short test-k8s bench proto proto-check lint fuzz conformance clean loadtest hostile fuzz-server
 
@@ -33,6 +34,8 @@ test: proto-check
 	# and no failing input (golang/go#75804, fixed in Go 1.27).
 	$(GO) test -run '^$$' -fuzz 'FuzzParse$$' -fuzztime $(FUZZ_PARSE_EXECS) ./engine/manifest
 	$(GO) test -run '^$$' -fuzz 'FuzzDecodeJSON$$' -fuzztime $(FUZZ_JSON_EXECS) ./engine/manifest
+	$(GO) test -run '^$$' -fuzz 'FuzzDecodeYAMLFast$$' -fuzztime $(FUZZ_YAML_EXECS) ./engine/manifest
+	$(GO) test -run '^$$' -fuzz 'FuzzSplitDocuments$$' -fuzztime $(FUZZ_JSON_EXECS) ./engine/manifest
 	# Against a real kube-apiserver (built once per machine, then cached).
 	@if [ -x "$(K8S_RUN)" ]; then $(MAKE) --no-print-directory test-k8s; \
 	else echo "make test: $(K8S_RUN) not found: the tests against a real kube-apiserver were skipped"; fi
@@ -97,6 +100,7 @@ lint:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz 'FuzzParse$$' -fuzztime 500000x ./engine/manifest
+	$(GO) test -run '^$$' -fuzz 'FuzzDecodeYAMLFast$$' -fuzztime 1000000x ./engine/manifest
 
 # Kyverno's own suites (needs ../shared/conformance beside the checkout).
 conformance: build

@@ -57,7 +57,9 @@ func Dial(_ context.Context, addr string, opts ...Option) (*Client, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(cfg.creds)}, cfg.dialOpts...)
+	dialOpts := append([]grpc.DialOption{grpc.WithTransportCredentials(cfg.creds),
+		// Answers from an Arbiter server decode without reflection.
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(arbiterv1.ClientCodec()))}, cfg.dialOpts...)
 	conn, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", addr, err)

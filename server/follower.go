@@ -37,7 +37,8 @@ type follower struct {
 }
 
 // DialOptions are the gRPC options a follower dials its primary with.
-var followerDialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+var followerDialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	grpc.WithDefaultCallOptions(grpc.ForceCodecV2(arbiterv1.ClientCodec()))}
 
 func newFollower(s *Server, primary string) *follower {
 	return &follower{s: s, primary: primary, done: make(chan struct{})}

@@ -42,7 +42,9 @@ func (s *Server) interceptors(recoverU, logU grpc.UnaryServerInterceptor, recove
 func (s *Server) serverOptions() []grpc.ServerOption {
 	// Run handlers on a fixed set of workers rather than a new goroutine
 	// per call.
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// vtprotobuf encoding of responses (see arbiterv1.ServerCodec).
+		grpc.ForceServerCodecV2(arbiterv1.ServerCodec())}
 	if n := s.cfg.Limits.MaxRequestBytes; n > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(n))
 	}

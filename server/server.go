@@ -278,7 +278,7 @@ func (s *Server) GatewayConn(ctx context.Context) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient("passthrough:///arbiter-inprocess",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(arbiterv1.ClientCodec())))
 	if err != nil {
 		g.Stop()
 		return nil, err

@@ -1,0 +1,86 @@
+package arbiterv1
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/encoding"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+)
+
+func sampleResponse(n int) *DecideResponse {
+	resp := &DecideResponse{Allowed: false, Warnings: []string{"w1", "w2"}, AuditAnnotations: map[string]string{"a": "b", "c": "d"},
+		Status: &Status{Code: 400, Message: "denied"}, Revision: 42, Digest: "sha256:abc", DecisionId: "id"}
+	for i := range n {
+		resp.Results = append(resp.Results, &PolicyResult{Policy: "p" + strings.Repeat("x", i%7), PolicyKind: "ValidatingPolicy",
+			Result: "fail", Message: "ünïcødé message", Properties: map[string]string{"process": "admission review", "k": "v"},
+			Actions: []string{"Deny", "Warn"}, Exceptions: []string{"ns/e"}, Source: "KyvernoValidatingPolicy", Scored: i%2 == 0,
+			Category: "Pod Security Standards", Severity: "medium"})
+	}
+	return resp
+}
+
+// TestCodecsRoundTripWithStandard encodes and decodes with both codecs and
+// with the standard one, small and large (pooled) messages, and messages
+// of other packages (the fallback).
+func TestCodecsRoundTripWithStandard(t *testing.T) {
+	std := encoding.GetCodecV2("proto")
+	for _, n := range []int{0, 16, 2000} {
+		want := sampleResponse(n)
+		for name, c := range map[string]encoding.CodecV2{"server": ServerCodec(), "client": ClientCodec()} {
+			data, err := c.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := &DecideResponse{}
+			if err := std.Unmarshal(data, got); err != nil {
+				t.Fatalf("%s codec, %d results: standard decoding of its encoding: %v", name, n, err)
+			}
+			if !proto.Equal(got, want) {
+				t.Fatalf("%s codec, %d results: encoding differs", name, n)
+			}
+			stdData, err := std.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = &DecideResponse{}
+			if err := c.Unmarshal(stdData, got); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(got, want) {
+				t.Fatalf("%s codec, %d results: decoding differs", name, n)
+			}
+		}
+	}
+	for _, c := range []encoding.CodecV2{ServerCodec(), ClientCodec()} {
+		data, err := c.Marshal(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h healthpb.HealthCheckResponse
+		if err := c.Unmarshal(data, &h); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("fallback: %v %v", err, h.Status)
+		}
+	}
+}
+
+// TestServerCodecRefusesInvalidUTF8 checks a server still refuses what the
+// standard codec refuses: a proto3 string that is not UTF-8.
+func TestServerCodecRefusesInvalidUTF8(t *testing.T) {
+	// DecideRequest.namespace written by hand: tag (field number << 3 |
+	// wire type 2), length, two bytes that are not UTF-8.
+	fd := (&DecideRequest{}).ProtoReflect().Descriptor().Fields().ByName("namespace")
+	if fd == nil {
+		t.Fatal("DecideRequest has no namespace field")
+	}
+	raw := []byte{byte(fd.Number())<<3 | 2, 2, 0xff, 0xfe}
+	err := ServerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &DecideRequest{})
+	if err == nil {
+		t.Fatal("the server codec accepted invalid UTF-8 in a string field")
+	}
+	if err := ClientCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(raw)}, &DecideRequest{}); err != nil {
+		t.Fatalf("client codec: %v", err)
+	}
+}

@@ -273,6 +273,12 @@ func Decode(raw []byte) (map[string]any, error) {
 	if obj, ok := decodeYAMLFast(raw); ok {
 		return obj, nil
 	}
+	return decodeYAMLFull(raw)
+}
+
+// decodeYAMLFull is Decode by sigs.k8s.io/yaml: YAML to JSON, then JSON to
+// data.
+func decodeYAMLFull(raw []byte) (map[string]any, error) {
 	js, err := yaml.YAMLToJSON(raw)
 	if err != nil {
 		return nil, err

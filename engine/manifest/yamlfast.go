@@ -289,7 +289,7 @@ func quoted(s string) (string, string, bool) {
 			}
 			i++
 			switch s[i] {
-			case '"', '\\', '/':
+			case '"', '\\': // not \/: YAML 1.1 (go-yaml v2) has no such escape
 				b.WriteByte(s[i])
 			case 'n':
 				b.WriteByte('\n')
@@ -330,8 +330,10 @@ func flowSequence(s string) (any, bool) {
 			if end <= 0 {
 				return nil, false
 			}
+			// In a flow collection go-yaml v2 ends a plain scalar at any
+			// of ,[]{}? (and ": "); the fast path takes only items with none.
 			item := strings.TrimRight(s[:end], " ")
-			if item == "" || !plainStart(item) || strings.ContainsAny(item, "[]{}#:") {
+			if item == "" || !plainStart(item) || strings.ContainsAny(item, "[]{}#:?") {
 				return nil, false
 			}
 			if v, ok = resolvePlain(item); !ok {

@@ -184,6 +184,10 @@ func (p *yamlParser) sequence(indent int) (any, bool) {
 	return l, true
 }
 
+// maxKeySpan bounds where a key's colon may be: libyaml refuses implicit
+// keys longer than 1,024 characters (spaces before the colon included).
+const maxKeySpan = 512
+
 // splitKey splits "key: rest" (rest "" when the line ends at the colon).
 // isKey is false for a line that is a scalar, not a key; ok is false when
 // the fast path declines the line.
@@ -193,8 +197,12 @@ func splitKey(text string) (key, rest string, isKey, ok bool) {
 		if !qok {
 			return "", "", false, false
 		}
+		colon := len(text) - len(strings.TrimLeft(after, " "))
 		after = strings.TrimLeft(after, " ")
 		if after == ":" || strings.HasPrefix(after, ": ") {
+			if colon > maxKeySpan {
+				return "", "", false, false
+			}
 			return s, strings.TrimLeft(after[1:], " "), true, true
 		}
 		return "", "", false, true
@@ -208,11 +216,12 @@ func splitKey(text string) (key, rest string, isKey, ok bool) {
 	case i >= 0:
 		key, rest = strings.TrimRight(text[:i], " "), strings.TrimLeft(text[i+2:], " ")
 	case strings.HasSuffix(text, ":"):
-		key = strings.TrimRight(text[:len(text)-1], " ")
+		i = len(text) - 1
+		key = strings.TrimRight(text[:i], " ")
 	default:
 		return "", "", false, true
 	}
-	if key == "" || key == "<<" || len(key) > 1000 || !plainStart(key) {
+	if key == "" || key == "<<" || i > maxKeySpan || !plainStart(key) {
 		return "", "", false, false
 	}
 	v, ok := resolvePlain(key)

@@ -65,6 +65,11 @@ func FuzzDecodeYAMLFast(f *testing.F) {
 	for _, s := range yamlSeeds {
 		f.Add([]byte(s))
 	}
+	for _, name := range []string{"compliant-pod.yaml", "violating-pod.yaml", "violating-deployment.yaml", "exempt-violating-pod.yaml"} {
+		if data, err := os.ReadFile(filepath.Join("../testdata/pss", name)); err == nil {
+			f.Add(data)
+		}
+	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkFastSameAsReference(t, data) })
 }
 

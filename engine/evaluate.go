@@ -16,6 +16,7 @@ import (
 	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/interpreter"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
@@ -193,7 +194,19 @@ func (rq *evalRequest) level() int {
 		}
 		u := rq.req.UserInfo
 		c = max(c, rq.extraSize, uint64(len(u.Groups)), uint64(len(u.Extra)))
-		s = max(s, rq.extraSize, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)), uint64(len(u.Username)))
+		s = max(s, rq.extraSize, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)), uint64(len(u.Username)),
+			uint64(len(u.UID)), uint64(len(rq.req.Operation)), uint64(len(rq.req.SubResource)), uint64(len(rq.req.RequestSubResource)))
+		// request.kind, request.resource (CRD groups run to 253 characters).
+		for _, gvk := range []*schema.GroupVersionKind{&rq.req.Kind, rq.req.RequestKind} {
+			if gvk != nil {
+				s = max(s, uint64(len(gvk.Group)), uint64(len(gvk.Version)), uint64(len(gvk.Kind)))
+			}
+		}
+		for _, gvr := range []*schema.GroupVersionResource{&rq.req.Resource, rq.req.RequestResource} {
+			if gvr != nil {
+				s = max(s, uint64(len(gvr.Group)), uint64(len(gvr.Version)), uint64(len(gvr.Resource)))
+			}
+		}
 		for _, g := range u.Groups {
 			s = max(s, uint64(len(g)))
 		}

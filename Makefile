@@ -56,7 +56,8 @@ test-k8s:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/... ./server/... ./store/... ./client/webhook/
-	$(GO) test -run '^$$' -bench Apply10k -benchtime 2x -benchmem ./e2e/
+	$(GO) test -run '^$$' -bench Apply10k -benchtime 3x -benchmem ./e2e/
+	$(GO) test -run '^$$' -bench DecideProcess -benchtime 20000x ./e2e/
 
 # Load test (loopback, bounded): 2,000 decisions/s for 60 s with the decision
 # log on; reports p50/p99 latency, heap growth and CPU. LOAD_RATE and

@@ -157,7 +157,7 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 		if err != nil {
 			return err
 		}
-		outcomes, whatIf, err = decideRemote(ctx, o.server, in, reqs, candidates, prog)
+		outcomes, whatIf, err = decideRemote(ctx, o.server, in, reqs, candidates, prog, o.output)
 		if err != nil {
 			return err
 		}
@@ -177,9 +177,6 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 			return exitWith(exitDenied, "")
 		}
 		return nil
-	}
-	if o.server != "" {
-		parallelDo(len(outcomes), func(i int) { outcomes[i].finish(o.output) })
 	}
 	if o.output == "json" {
 		encoded := make([][]byte, len(outcomes))

@@ -20,7 +20,7 @@ import (
 // inputs are sent as the namespace objects of requests in them; policy
 // objects are refused (the policies are the server's), except as
 // candidates.
-func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.Request, candidates []*engine.Object, prog *progress) ([]outcome, *arbiterv1.WhatIfSummary, error) {
+func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.Request, candidates []*engine.Object, prog *progress, format string) ([]outcome, *arbiterv1.WhatIfSummary, error) {
 	namespaces := map[string]*structpb.Struct{}
 	for _, o := range in.objects {
 		switch engine.Classify(o) {
@@ -86,6 +86,23 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 		}
 	}()
 	outcomes := make([]outcome, len(reqs))
+	// Each outcome's report is made by a worker as soon as it arrives,
+	// while the stream goes on.
+	finished := make(chan int, 256)
+	var finishing sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		finishing.Add(1)
+		go func() {
+			defer finishing.Done()
+			for i := range finished {
+				outcomes[i].finish(format)
+			}
+		}()
+	}
+	defer func() {
+		close(finished)
+		finishing.Wait()
+	}()
 	var summary *arbiterv1.WhatIfSummary
 	received := 0
 	for {
@@ -110,6 +127,7 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 		}
 		outcomes[i] = outcome{resource: in.resources[i], namespace: reqs[i].Namespace, decision: it.GetDecision(),
 			candidate: it.GetCandidateDecision(), changed: it.GetChanged()}
+		finished <- i
 		received++
 		prog.add(1)
 	}

@@ -1,0 +1,80 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestAppendJSONMatchesMarshal compares AppendJSON with encoding/json on
+// random JSON-shaped values: nested maps and lists (nil and empty too),
+// strings needing escapes (HTML, control characters, invalid UTF-8,
+// U+2028), integers and floats across their ranges, and a value of
+// another type (the fallback); and the error for NaN.
+func TestAppendJSONMatchesMarshal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pieces := []string{"", "a", "<b>", "x&y", "\"q\"", "back\\slash", "\n\t\r\b\f\x01\x1f\x7f", "\xff\xfe", "\u2028\u2029", "日本", "key"}
+	str := func() string {
+		s := ""
+		for range rng.IntN(3) {
+			s += pieces[rng.IntN(len(pieces))]
+		}
+		return s
+	}
+	floats := []float64{0, math.Copysign(0, -1), 1, -1.5, 1e-7, 1e-6, 123456789.125, 1e20, 1e21, 1e300, -2.5e-10, math.SmallestNonzeroFloat64, math.MaxFloat64}
+	var gen func(depth int) any
+	gen = func(depth int) any {
+		switch k := rng.IntN(10); {
+		case k == 0:
+			return nil
+		case k == 1:
+			return rng.IntN(2) == 0
+		case k == 2:
+			return str()
+		case k == 3:
+			return rng.Int64() - rng.Int64()
+		case k == 4:
+			if rng.IntN(2) == 0 {
+				return floats[rng.IntN(len(floats))]
+			}
+			return math.Float64frombits(rng.Uint64()&^(0x7ff<<52) | uint64(rng.IntN(2046)+1)<<52)
+		case k == 5:
+			return 42 // an int: the fallback
+		case k < 8 && depth < 4:
+			if rng.IntN(8) == 0 {
+				return map[string]any(nil)
+			}
+			m := map[string]any{}
+			for range rng.IntN(5) {
+				m[str()] = gen(depth + 1)
+			}
+			return m
+		case depth < 4:
+			if rng.IntN(8) == 0 {
+				return []any(nil)
+			}
+			l := []any{}
+			for range rng.IntN(5) {
+				l = append(l, gen(depth+1))
+			}
+			return l
+		}
+		return str()
+	}
+	for i := range 5000 {
+		v := gen(0)
+		want, werr := json.Marshal(v)
+		got, err := AppendJSON(nil, v)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("value %d: error %v, encoding/json %v", i, err, werr)
+		}
+		if err == nil && !bytes.Equal(got, want) {
+			t.Fatalf("value %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+	if _, err := AppendJSON(nil, map[string]any{"x": math.NaN()}); err == nil {
+		t.Fatal("NaN encoded")
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 
@@ -464,17 +463,18 @@ func actionNames(as []admissionregistrationv1.ValidationAction) []string {
 	return out
 }
 
-// reasonToCode maps a status reason to its HTTP code, as the plugin does.
+// reasonToCode maps a status reason to its HTTP code, as the plugin does
+// (the engine does not link net/http for four numbers).
 func reasonToCode(r metav1.StatusReason) int32 {
 	switch r {
 	case metav1.StatusReasonForbidden:
-		return http.StatusForbidden
+		return 403
 	case metav1.StatusReasonUnauthorized:
-		return http.StatusUnauthorized
+		return 401
 	case metav1.StatusReasonRequestEntityTooLarge:
-		return http.StatusRequestEntityTooLarge
+		return 413
 	}
-	return http.StatusUnprocessableEntity
+	return 422 // Unprocessable Entity
 }
 
 // ReasonCode returns the HTTP code kube-apiserver answers a denial with reason r.

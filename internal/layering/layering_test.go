@@ -1,0 +1,79 @@
+// Package layering checks the package boundaries of DESIGN.md with the go
+// command: what Arbiter's own packages import.
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/arbiter-pdp/arbiter"
+
+// list runs `go list` with a template over patterns, from the module root.
+func list(t *testing.T, template string, patterns ...string) []string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	cmd := exec.Command(gobin, append([]string{"list", "-f", template}, patterns...)...)
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %v: %v\n%s", patterns, err, out)
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// TestEngineIsPure: no engine package imports gRPC, bbolt or net/http, and
+// nothing the engine links reaches gRPC, bbolt or the server, store and
+// client packages. (The Kubernetes libraries the engine is built on —
+// k8s.io/apimachinery's meta/v1 and k8s.io/apiserver's CEL library — link
+// net/http themselves; Arbiter's engine code does not use it.)
+func TestEngineIsPure(t *testing.T) {
+	banned := []string{"net/http", "google.golang.org/grpc", "go.etcd.io/bbolt"}
+	for _, line := range list(t, `{{.ImportPath}} {{join .Imports " "}}`, "./engine/...") {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			for _, b := range banned {
+				if imp == b || strings.HasPrefix(imp, b+"/") {
+					t.Errorf("%s imports %s", f[0], imp)
+				}
+			}
+		}
+	}
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./engine/...") {
+		for _, b := range []string{"google.golang.org/grpc", "go.etcd.io/bbolt", module + "/server", module + "/store", module + "/client"} {
+			if dep == b || strings.HasPrefix(dep, b+"/") {
+				t.Errorf("the engine links %s", dep)
+			}
+		}
+	}
+}
+
+// TestStoreDoesNotLinkEngine: the store holds objects, not decisions.
+func TestStoreDoesNotLinkEngine(t *testing.T) {
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./store/...") {
+		if strings.HasPrefix(dep, module+"/engine") {
+			t.Errorf("the store links %s", dep)
+		}
+	}
+}
+
+// TestClientDependsOnTheAPI: of Arbiter's packages the client links only
+// the generated API (and internal/certs, which uses the standard library
+// alone to load and reload certificate files).
+func TestClientDependsOnTheAPI(t *testing.T) {
+	allowed := map[string]bool{module + "/proto/arbiter/v1": true, module + "/internal/certs": true}
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./client") {
+		if strings.HasPrefix(dep, module+"/") && !allowed[dep] {
+			t.Errorf("the client links %s", dep)
+		}
+	}
+	for _, dep := range list(t, `{{if not .Standard}}{{.ImportPath}}{{end}}`, "-deps", "./internal/certs") {
+		if dep != "" && dep != module+"/internal/certs" {
+			t.Errorf("internal/certs links %s, not only the standard library", dep)
+		}
+	}
+}

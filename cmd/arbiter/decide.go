@@ -14,7 +14,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/engine"
-	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
 )
@@ -272,12 +272,12 @@ func protoRequest(req *engine.Request) (*arbiterv1.DecideRequest, error) {
 	}
 	var err error
 	if req.Object != nil {
-		if pr.ObjectJson, err = manifest.AppendJSON(nil, req.Object); err != nil {
+		if pr.ObjectJson, err = jsonenc.AppendValue(nil, req.Object); err != nil {
 			return nil, exitWith(exitLoad, "object: %v", err)
 		}
 	}
 	if req.OldObject != nil {
-		if pr.OldObjectJson, err = manifest.AppendJSON(nil, req.OldObject); err != nil {
+		if pr.OldObjectJson, err = jsonenc.AppendValue(nil, req.OldObject); err != nil {
 			return nil, exitWith(exitLoad, "old object: %v", err)
 		}
 	}

@@ -3,7 +3,8 @@ package report
 import (
 	"slices"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 )
 
 // AppendJSON appends r as encoding/json writes it with MarshalIndent(r,
@@ -150,11 +151,11 @@ func (w *jsonWriter) elem() {
 
 func (w *jsonWriter) key(k string) {
 	w.elem()
-	w.b = appendString(w.b, k)
+	w.b = jsonenc.AppendString(w.b, k, false)
 	w.b = append(w.b, ':', ' ')
 }
 
-func (w *jsonWriter) str(s string) { w.b = appendString(w.b, s) }
+func (w *jsonWriter) str(s string) { w.b = jsonenc.AppendString(w.b, s, false) }
 
 func (w *jsonWriter) strMap(m map[string]string) {
 	if len(m) == 1 {
@@ -177,66 +178,4 @@ func (w *jsonWriter) strMap(m map[string]string) {
 		w.str(m[k])
 	}
 	w.close('}')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// jsonSafe marks the ASCII bytes a JSON string holds as they are.
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
-	for b := 0x20; b < utf8.RuneSelf; b++ {
-		t[b] = b != '"' && b != '\\'
-	}
-	return t
-}()
-
-// appendString is encoding/json's string encoding without HTML escaping.
-func appendString(dst []byte, src string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(src); {
-		if b := src[i]; b < utf8.RuneSelf {
-			if jsonSafe[b] {
-				i++
-				continue
-			}
-			dst = append(dst, src[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(src[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, src[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, src[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, src[start:]...)
-	return append(dst, '"')
 }

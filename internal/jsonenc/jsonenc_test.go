@@ -1,19 +1,20 @@
-package manifest
+package jsonenc
 
 import (
 	"bytes"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
-// TestAppendJSONMatchesMarshal compares AppendJSON with encoding/json on
+// TestAppendValueMatchesMarshal compares AppendValue with encoding/json on
 // random JSON-shaped values: nested maps and lists (nil and empty too),
 // strings needing escapes (HTML, control characters, invalid UTF-8,
 // U+2028), integers and floats across their ranges, and a value of
 // another type (the fallback); and the error for NaN.
-func TestAppendJSONMatchesMarshal(t *testing.T) {
+func TestAppendValueMatchesMarshal(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	pieces := []string{"", "a", "<b>", "x&y", "\"q\"", "back\\slash", "\n\t\r\b\f\x01\x1f\x7f", "\xff\xfe", "\u2028\u2029", "日本", "key"}
 	str := func() string {
@@ -66,7 +67,7 @@ func TestAppendJSONMatchesMarshal(t *testing.T) {
 	for i := range 5000 {
 		v := gen(0)
 		want, werr := json.Marshal(v)
-		got, err := AppendJSON(nil, v)
+		got, err := AppendValue(nil, v)
 		if (err == nil) != (werr == nil) {
 			t.Fatalf("value %d: error %v, encoding/json %v", i, err, werr)
 		}
@@ -74,7 +75,23 @@ func TestAppendJSONMatchesMarshal(t *testing.T) {
 			t.Fatalf("value %d:\n got %s\nwant %s", i, got, want)
 		}
 	}
-	if _, err := AppendJSON(nil, map[string]any{"x": math.NaN()}); err == nil {
+	if _, err := AppendValue(nil, map[string]any{"x": math.NaN()}); err == nil {
 		t.Fatal("NaN encoded")
+	}
+}
+
+// TestAppendStringWithoutHTMLEscaping compares AppendString(…, false) with
+// a json.Encoder that does not escape HTML.
+func TestAppendStringWithoutHTMLEscaping(t *testing.T) {
+	for _, s := range []string{"", "<a&b>", "\"q\"\\", "\n\t\x01\x7f", "\xff", "\u2028x\u2029", "日本"} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendString(nil, s, false); string(got) != strings.TrimSuffix(want.String(), "\n") {
+			t.Errorf("%q: got %s, want %s", s, got, want.String())
+		}
 	}
 }

@@ -1,4 +1,7 @@
-package manifest
+// Package jsonenc writes JSON as encoding/json does, byte for byte, without
+// reflection: strings (with or without HTML escaping), float64s, and the
+// JSON-shaped data Arbiter decodes objects into.
+package jsonenc
 
 import (
 	"encoding/json"
@@ -8,26 +11,26 @@ import (
 	"unicode/utf8"
 )
 
-// AppendJSON appends v as encoding/json.Marshal writes it (sorted keys,
+// AppendValue appends v as encoding/json.Marshal writes it (sorted keys,
 // HTML characters escaped), without reflection for JSON-shaped data — the
-// map[string]any, []any, string, int64, float64, bool and nil that Decode
-// and DecodeJSON produce. Anything else goes through encoding/json.
-// TestAppendJSONMatchesMarshal compares the two.
-func AppendJSON(dst []byte, v any) ([]byte, error) {
+// map[string]any, []any, string, int64, float64, bool and nil that
+// manifest.Decode and DecodeJSON produce. Anything else goes through
+// encoding/json. TestAppendValueMatchesMarshal compares the two.
+func AppendValue(dst []byte, v any) ([]byte, error) {
 	switch t := v.(type) {
 	case nil:
 		return append(dst, "null"...), nil
 	case bool:
 		return strconv.AppendBool(dst, t), nil
 	case string:
-		return appendJSONString(dst, t), nil
+		return AppendString(dst, t, true), nil
 	case int64:
 		return strconv.AppendInt(dst, t, 10), nil
 	case float64:
 		if math.IsInf(t, 0) || math.IsNaN(t) {
 			break // encoding/json's error
 		}
-		return appendJSONFloat(dst, t), nil
+		return AppendFloat(dst, t), nil
 	case map[string]any:
 		if t == nil {
 			return append(dst, "null"...), nil
@@ -43,9 +46,9 @@ func AppendJSON(dst []byte, v any) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, k)
+			dst = AppendString(dst, k, true)
 			dst = append(dst, ':')
-			if dst, err = AppendJSON(dst, t[k]); err != nil {
+			if dst, err = AppendValue(dst, t[k]); err != nil {
 				return nil, err
 			}
 		}
@@ -60,7 +63,7 @@ func AppendJSON(dst []byte, v any) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			if dst, err = AppendJSON(dst, e); err != nil {
+			if dst, err = AppendValue(dst, e); err != nil {
 				return nil, err
 			}
 		}
@@ -73,8 +76,9 @@ func AppendJSON(dst []byte, v any) ([]byte, error) {
 	return append(dst, b...), nil
 }
 
-// appendJSONFloat is encoding/json's float64 format (ES6 number to string).
-func appendJSONFloat(dst []byte, f float64) []byte {
+// AppendFloat appends f in encoding/json's float64 format (ES6 number to
+// string); f must be finite.
+func AppendFloat(dst []byte, f float64) []byte {
 	abs := math.Abs(f)
 	format := byte('f')
 	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
@@ -94,13 +98,26 @@ func appendJSONFloat(dst []byte, f float64) []byte {
 
 const jsonHex = "0123456789abcdef"
 
-// appendJSONString is encoding/json's string encoding with HTML escaping.
-func appendJSONString(dst []byte, s string) []byte {
+// safe marks the ASCII bytes a JSON string holds as they are; htmlSafe
+// those json.Marshal does not escape as HTML.
+var safe, htmlSafe = func() (s, h [utf8.RuneSelf]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		s[b] = b != '"' && b != '\\'
+		h[b] = b != '<' && b != '>' && b != '&'
+	}
+	return s, h
+}()
+
+// AppendString appends s as a JSON string as encoding/json writes it:
+// invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped, and <, > and &
+// escaped when escapeHTML (json.Marshal; json.Encoder with
+// SetEscapeHTML(false) does not).
+func AppendString(dst []byte, s string, escapeHTML bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+			if safe[b] && (!escapeHTML || htmlSafe[b]) {
 				i++
 				continue
 			}

@@ -237,8 +237,6 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []*engine.
 
 func writeReports(out io.Writer, format string, reports []report.Report) error {
 	switch format {
-	case "json":
-		return writeJSONReports(out, reports)
 	case "yaml":
 		for i, r := range reports {
 			if i > 0 {
@@ -275,22 +273,6 @@ func writeReports(out io.Writer, format string, reports []report.Report) error {
 	fmt.Fprintf(out, "\n%d resources: %d pass, %d fail, %d warn, %d error, %d skip\n",
 		len(reports), total.Pass, total.Fail, total.Warn, total.Error, total.Skip)
 	return nil
-}
-
-// writeJSONReports writes reports as one indented JSON array, the bytes
-// json.Encoder with SetIndent("", "  ") and SetEscapeHTML(false) writes,
-// encoding the reports in parallel without reflection (a batch of 10,000
-// spent more time encoding than deciding).
-func writeJSONReports(out io.Writer, reports []report.Report) error {
-	if len(reports) == 0 {
-		_, err := io.WriteString(out, "[]\n")
-		return err
-	}
-	encoded := make([][]byte, len(reports))
-	parallelDo(len(reports), func(i int) {
-		encoded[i] = reports[i].AppendJSON(make([]byte, 0, 1024+512*len(reports[i].Results)), "  ")
-	})
-	return writeJSONArray(out, encoded)
 }
 
 // writeJSONArray writes encoded JSON values (indented one level) as the

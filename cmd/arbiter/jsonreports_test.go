@@ -9,11 +9,11 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/report"
 )
 
-// TestWriteJSONReportsMatchesEncoder checks the parallel writer produces
-// exactly the bytes of one json.Encoder over the whole slice (the format
-// scripts parse), for 0, 1 and many reports, with characters the encoder
-// would escape as HTML.
-func TestWriteJSONReportsMatchesEncoder(t *testing.T) {
+// TestWriteJSONArrayMatchesEncoder checks that reports encoded one by one
+// (as apply's workers do) and joined by writeJSONArray are exactly the bytes
+// of one json.Encoder over the whole slice (the format scripts parse), for
+// 0, 1 and many reports, with characters the encoder would escape as HTML.
+func TestWriteJSONArrayMatchesEncoder(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 57} {
 		reports := make([]report.Report, n)
 		for i := range reports {
@@ -35,7 +35,11 @@ func TestWriteJSONReportsMatchesEncoder(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got bytes.Buffer
-		if err := writeJSONReports(&got, reports); err != nil {
+		encoded := make([][]byte, len(reports))
+		for i := range reports {
+			encoded[i] = reports[i].AppendJSON(nil, "  ")
+		}
+		if err := writeJSONArray(&got, encoded); err != nil {
 			t.Fatal(err)
 		}
 		if got.String() != want.String() {

@@ -22,6 +22,8 @@ import (
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 )
 
 // Document is one object read from a manifest.
@@ -143,14 +145,9 @@ func ReadPaths(stdin io.Reader, paths ...string) ([]*Document, error) {
 	}
 	var docs []*Document
 	for _, f := range files {
-		var data []byte
-		if f == "-" {
-			data, err = io.ReadAll(stdin)
-		} else {
-			data, err = os.ReadFile(f)
-		}
+		data, err := readFile(stdin, f)
 		if err != nil {
-			return nil, &Error{File: f, Err: err}
+			return nil, err
 		}
 		d, err := Parse(f, data)
 		if err != nil {
@@ -159,6 +156,20 @@ func ReadPaths(stdin io.Reader, paths ...string) ([]*Document, error) {
 		docs = append(docs, d...)
 	}
 	return docs, nil
+}
+
+func readFile(stdin io.Reader, f string) ([]byte, error) {
+	var data []byte
+	var err error
+	if f == "-" {
+		data, err = io.ReadAll(stdin)
+	} else {
+		data, err = os.ReadFile(f)
+	}
+	if err != nil {
+		return nil, &Error{File: f, Err: err}
+	}
+	return data, nil
 }
 
 // Parse splits data (YAML, multi-document YAML, or JSON) into documents.
@@ -173,25 +184,7 @@ func Parse(file string, data []byte) ([]*Document, error) {
 	}
 	objs := make([]map[string]any, len(raws))
 	errs := make([]error, len(raws))
-	decode := func(i int) { objs[i], errs[i] = Decode(raws[i]) }
-	if workers := min(runtime.GOMAXPROCS(0), len(raws)/16); workers > 1 {
-		var wg sync.WaitGroup
-		var next atomic.Int64
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := int(next.Add(1) - 1); i < len(raws); i = int(next.Add(1) - 1) {
-					decode(i)
-				}
-			}()
-		}
-		wg.Wait()
-	} else {
-		for i := range raws {
-			decode(i)
-		}
-	}
+	parallelFor(len(raws), func(i int) { objs[i], errs[i] = Decode(raws[i]) })
 	var docs []*Document
 	for i, obj := range objs {
 		index := i + 1
@@ -212,6 +205,118 @@ func Parse(file string, data []byte) ([]*Document, error) {
 			continue
 		}
 		docs = append(docs, &Document{File: file, Index: index, Object: obj})
+	}
+	return docs, nil
+}
+
+// parallelFor runs fn(0..n-1), on GOMAXPROCS goroutines when n is large
+// enough to be worth it.
+func parallelFor(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/16)
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// RawDocument is a document as JSON, with its head: for callers that pass
+// documents on rather than look into them.
+type RawDocument struct {
+	File  string
+	Index int
+	Head  Head
+	JSON  []byte
+}
+
+// Source names the document for messages, as Document.Source does.
+func (d *RawDocument) Source() string {
+	return (&Document{File: d.File, Index: d.Index}).Source()
+}
+
+// ReadPathsJSON reads every document under paths as ReadPaths does, as
+// JSON. Plain YAML manifests are transcoded without building their data
+// (see transcodeYAMLFast); the rest is decoded, then encoded.
+func ReadPathsJSON(stdin io.Reader, paths ...string) ([]*RawDocument, error) {
+	files, err := Files(paths...)
+	if err != nil {
+		return nil, err
+	}
+	var docs []*RawDocument
+	for _, f := range files {
+		data, err := readFile(stdin, f)
+		if err != nil {
+			return nil, err
+		}
+		d, err := ParseJSON(f, data)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, d...)
+	}
+	return docs, nil
+}
+
+// ParseJSON is Parse giving each document as JSON (encoding/json's bytes
+// for decoded documents; the document's key order for transcoded ones).
+func ParseJSON(file string, data []byte) ([]*RawDocument, error) {
+	raws, index, err := splitDocuments(data)
+	if err != nil {
+		return nil, &Error{File: file, Index: index, Err: err}
+	}
+	out := make([][]*RawDocument, len(raws))
+	errs := make([]error, len(raws))
+	parallelFor(len(raws), func(i int) { out[i], errs[i] = parseJSONDocument(file, i+1, raws[i]) })
+	var docs []*RawDocument
+	for i, d := range out {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		docs = append(docs, d...)
+	}
+	return docs, nil
+}
+
+func parseJSONDocument(file string, index int, raw []byte) ([]*RawDocument, error) {
+	if js, head, ok := transcodeYAMLFast(make([]byte, 0, len(raw)), raw); ok && !strings.HasSuffix(head.Kind, "List") {
+		return []*RawDocument{{File: file, Index: index, Head: head, JSON: js}}, nil
+	}
+	obj, err := Decode(raw)
+	if err != nil {
+		return nil, &Error{File: file, Index: index, Err: err}
+	}
+	if obj == nil {
+		return nil, nil
+	}
+	objs := []map[string]any{obj}
+	if items, ok := listItems(obj); ok {
+		objs = objs[:0]
+		for j, item := range items {
+			m, ok := item.(map[string]any)
+			if !ok {
+				return nil, &Error{File: file, Index: index, Err: fmt.Errorf("items[%d]: not an object", j)}
+			}
+			objs = append(objs, m)
+		}
+	}
+	docs := make([]*RawDocument, len(objs))
+	for j, o := range objs {
+		js, err := jsonenc.AppendValue(nil, o)
+		if err != nil {
+			return nil, &Error{File: file, Index: index, Err: err}
+		}
+		docs[j] = &RawDocument{File: file, Index: index, Head: headOf(o), JSON: js}
 	}
 	return docs, nil
 }

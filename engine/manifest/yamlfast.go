@@ -224,12 +224,10 @@ func splitKey(text string) (key, rest string, isKey, ok bool) {
 	if key == "" || key == "<<" || i > maxKeySpan || !plainStart(key) {
 		return "", "", false, false
 	}
-	v, ok := resolvePlain(key)
-	s, isString := v.(string)
-	if !ok || !isString {
+	if k, _, ok := resolvePlainKind(key); !ok || k != scalarString {
 		return "", "", false, false
 	}
-	return s, rest, true, true
+	return key, rest, true, true
 }
 
 // plainStart says whether s may start a plain scalar the fast path reads.
@@ -283,6 +281,18 @@ func endOfLine(s string) bool {
 // of s, returning it and what follows.
 func quoted(s string) (string, string, bool) {
 	q := s[0]
+	// Most quoted scalars have no escapes: the text is the scalar.
+	for i := 1; i < len(s); i++ {
+		if s[i] == q {
+			if q == '\'' && i+1 < len(s) && s[i+1] == '\'' {
+				break
+			}
+			return s[1:i], s[i+1:], true
+		}
+		if s[i] == '\\' && q == '"' {
+			break
+		}
+	}
 	var b strings.Builder
 	for i := 1; i < len(s); i++ {
 		c := s[i]
@@ -369,47 +379,107 @@ func flowSequence(s string) (any, bool) {
 	}
 }
 
+// The kinds of scalars resolvePlain resolves.
+type scalarKind uint8
+
+const (
+	scalarString scalarKind = iota
+	scalarInt
+	scalarTrue
+	scalarFalse
+	scalarNull
+)
+
 // resolvePlain resolves a plain scalar as go-yaml v2 (YAML 1.1) does, for
 // the strings, decimal integers, bools and nulls the fast path handles.
 func resolvePlain(s string) (any, bool) {
+	k, n, ok := resolvePlainKind(s)
+	switch k {
+	case scalarInt:
+		return n, ok
+	case scalarTrue:
+		return true, ok
+	case scalarFalse:
+		return false, ok
+	case scalarNull:
+		return nil, ok
+	}
+	return s, ok
+}
+
+// resolvePlainKind is resolvePlain without making a value: the kind, and
+// the number of an integer.
+func resolvePlainKind(s string) (scalarKind, int64, bool) {
 	switch s {
 	case "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON":
-		return true, true
+		return scalarTrue, 0, true
 	case "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF":
-		return false, true
+		return scalarFalse, 0, true
 	case "~", "null", "Null", "NULL":
-		return nil, true
+		return scalarNull, 0, true
 	}
 	switch c := s[0]; {
 	case c == '.':
 		if _, err := strconv.ParseFloat(s, 64); err == nil || strings.EqualFold(s, ".nan") || strings.EqualFold(s, ".inf") {
-			return nil, false
+			return 0, 0, false
 		}
 	case c == '+' || c == '-' || c >= '0' && c <= '9':
 		if isDecimal(s) {
 			n, err := strconv.ParseInt(s, 10, 64)
-			return n, err == nil
+			return scalarInt, n, err == nil
 		}
 		// Anything YAML 1.1 could read as a number or a timestamp.
 		if len(s) >= 5 && isDigits(s[:4]) && s[4] == '-' {
-			return nil, false
+			return 0, 0, false
 		}
 		plain := strings.ReplaceAll(s, "_", "")
-		if _, err := strconv.ParseInt(plain, 0, 64); err == nil {
-			return nil, false
-		}
-		if _, err := strconv.ParseUint(plain, 0, 64); err == nil {
-			return nil, false
-		}
-		if _, err := strconv.ParseFloat(plain, 64); err == nil {
-			return nil, false
+		// numberish: no strconv parser reads it otherwise (and their
+		// errors allocate).
+		if numberish(plain) {
+			if _, err := strconv.ParseInt(plain, 0, 64); err == nil {
+				return 0, 0, false
+			}
+			if _, err := strconv.ParseUint(plain, 0, 64); err == nil {
+				return 0, 0, false
+			}
+			if _, err := strconv.ParseFloat(plain, 64); err == nil {
+				return 0, 0, false
+			}
 		}
 		if strings.HasPrefix(plain, "0b") || strings.HasPrefix(plain, "-0b") || strings.HasPrefix(plain, "+") ||
 			strings.EqualFold(plain, "-.inf") {
-			return nil, false
+			return 0, 0, false
 		}
 	}
-	return s, true
+	return scalarString, 0, true
+}
+
+// numberish says whether some strconv parser might read s: it is a
+// conservative superset of Go's integer and float syntaxes (the parsers'
+// errors allocate, and quantities such as 128Mi are common).
+func numberish(s string) bool {
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		s = s[1:]
+	}
+	switch strings.ToLower(s) {
+	case "inf", "infinity", "nan":
+		return true
+	}
+	digits := "0123456789.eE+-"
+	if len(s) > 1 && s[0] == '0' {
+		switch s[1] {
+		case 'x', 'X':
+			digits, s = "0123456789abcdefABCDEF.pP+-", s[2:]
+		case 'o', 'O', 'b', 'B':
+			digits, s = "0123456789", s[2:]
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(digits, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // isDecimal matches -?(0|[1-9][0-9]{0,17}).

@@ -15,6 +15,7 @@ import (
 func checkFastSameAsReference(t *testing.T, data []byte) bool {
 	t.Helper()
 	got, ok := decodeYAMLFast(data)
+	checkTranscodeSameAsFast(t, data, got, ok)
 	if !ok {
 		return false
 	}
@@ -26,6 +27,34 @@ func checkFastSameAsReference(t *testing.T, data []byte) bool {
 		t.Fatalf("%q:\n fast %#v\n full %#v", data, got, want)
 	}
 	return true
+}
+
+// checkTranscodeSameAsFast fails when transcodeYAMLFast accepts a
+// different set of documents than decodeYAMLFast decodes to objects, or
+// its JSON decodes to other data, or its head differs.
+func checkTranscodeSameAsFast(t *testing.T, data []byte, fast map[string]any, fastOK bool) {
+	t.Helper()
+	prefix := []byte("prefix")
+	js, head, ok := transcodeYAMLFast(prefix, data)
+	if ok != (fastOK && fast != nil) {
+		t.Fatalf("%q: transcoder ok %v, fast path ok %v (%#v)", data, ok, fastOK, fast)
+	}
+	if !ok {
+		return
+	}
+	if !bytes.HasPrefix(js, prefix) {
+		t.Fatalf("%q: the transcoder did not append to dst: %q", data, js)
+	}
+	got, err := DecodeJSON(js[len(prefix):])
+	if err != nil {
+		t.Fatalf("%q: transcoded to invalid JSON %q: %v", data, js, err)
+	}
+	if !reflect.DeepEqual(got, fast) {
+		t.Fatalf("%q:\n transcoded %s\n fast %#v", data, js, fast)
+	}
+	if want := headOf(fast); head != want {
+		t.Fatalf("%q: head %+v, want %+v", data, head, want)
+	}
 }
 
 var yamlSeeds = []string{
@@ -59,6 +88,9 @@ var yamlSeeds = []string{
 	"a:\n  # comment\n  b: 1\n\n  c: 2\n",
 	"a: b\n---\nc: d\n",
 	"a: {b: c}\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: \"n<1>\"\n  namespace: 3\ndata:\n  k1: a\n  k2: b\n  k3: c\n  k4: d\n  k5: e\n  k6: f\n  k7: g\n  k8: h\n  k9: i\n  k10: j\n  k11: k\n  k12: l\n  k13: m\n  k14: n\n  k15: o\n  k16: p\n  k17: q\n  k18: r\n  k1: dup\n",
+	"kind: [a]\napiVersion: 7\nspec:\n  metadata:\n    name: not-the-head\nmetadata: {}\n",
+	"metadata:\n- name: x\n",
 }
 
 func FuzzDecodeYAMLFast(f *testing.F) {
@@ -113,6 +145,46 @@ func TestDecodeYAMLFastOnRealManifests(t *testing.T) {
 	}
 }
 
+// TestParseJSONSameAsParse checks ParseJSON gives Parse's documents, as
+// JSON, for transcoded, decoded, List and JSON documents.
+func TestParseJSONSameAsParse(t *testing.T) {
+	inputs := []string{
+		"apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  namespace: ns\n---\n# empty\n---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: b}\n- kind: Secret\n  metadata:\n    name: c\n",
+		`{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "x"}, "spec": {"replicas": 2.5}}`,
+		"apiVersion: v1\nkind: Pod\nmetadata:\n  name: &n e\n  labels: {a: b}\n",
+		"apiVersion: v1\nkind: PodList\nitems: []\n",
+	}
+	for _, in := range inputs {
+		want, err := Parse("f.yaml", []byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseJSON("f.yaml", []byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d documents, Parse %d", in, len(got), len(want))
+		}
+		for i := range got {
+			obj, err := DecodeJSON(got[i].JSON)
+			if err != nil {
+				t.Fatalf("%q #%d: %v", in, i, err)
+			}
+			if !reflect.DeepEqual(obj, want[i].Object) || got[i].Source() != want[i].Source() || got[i].Head != headOf(want[i].Object) {
+				t.Errorf("%q #%d: got %s %s %+v, want %#v %s", in, i, got[i].JSON, got[i].Source(), got[i].Head, want[i].Object, want[i].Source())
+			}
+		}
+	}
+	for _, bad := range []string{"a: 1\n---\n- x\n", "a: [\n"} {
+		_, want := Parse("f.yaml", []byte(bad))
+		_, got := ParseJSON("f.yaml", []byte(bad))
+		if want == nil || got == nil || got.Error() != want.Error() {
+			t.Errorf("%q: error %v, Parse %v", bad, got, want)
+		}
+	}
+}
+
 func BenchmarkDecodeYAML(b *testing.B) {
 	data, err := os.ReadFile("../../engine/testdata/pss/compliant-pod.yaml")
 	if err != nil {
@@ -122,6 +194,15 @@ func BenchmarkDecodeYAML(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, ok := decodeYAMLFast(data); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("transcode", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 4096)
+		for b.Loop() {
+			if _, _, ok := transcodeYAMLFast(buf, data); !ok {
 				b.Fatal("declined")
 			}
 		}

@@ -237,12 +237,32 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	type slot struct {
 		done chan *arbiterv1.ItemResult
 	}
+	type job struct {
+		index uint32
+		item  *arbiterv1.BatchItem
+		done  chan<- *arbiterv1.ItemResult
+	}
 	slots := make(chan slot, streamWindow)
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	// A fixed pool of workers decides the items: long-lived goroutines keep
+	// the stacks CEL evaluation grows (a goroutine per item grew and copied
+	// its stack for every item).
+	jobs := make(chan job, streamWindow)
+	for range runtime.GOMAXPROCS(0) {
+		go func() {
+			for j := range jobs {
+				item := j.item
+				if item == nil {
+					item = &arbiterv1.BatchItem{}
+				}
+				j.done <- s.decideItem(ctx, snap, cand, j.index, item)
+			}
+		}()
+	}
 	recvErr := make(chan error, 1)
-	// Reader: receives items, starts their evaluation, queues their slots in order.
+	// Reader: receives items, queues their evaluation, queues their slots in order.
 	go func() {
 		defer close(slots)
+		defer close(jobs)
 		msg := first
 		for index := uint32(0); ; index++ {
 			sl := slot{done: make(chan *arbiterv1.ItemResult, 1)}
@@ -252,14 +272,7 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 				recvErr <- ctx.Err()
 				return
 			}
-			sem <- struct{}{}
-			go func(i uint32, item *arbiterv1.BatchItem) {
-				defer func() { <-sem }()
-				if item == nil {
-					item = &arbiterv1.BatchItem{}
-				}
-				sl.done <- s.decideItem(ctx, snap, cand, i, item)
-			}(index, msg.GetItem())
+			jobs <- job{index: index, item: msg.GetItem(), done: sl.done}
 			var err error
 			msg, err = stream.Recv()
 			if errors.Is(err, io.EOF) {

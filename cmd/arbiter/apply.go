@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -85,28 +86,84 @@ file, the object and the field) or the server cannot be reached.`,
 	return cmd
 }
 
-// outcome is the decision of one resource.
+// outcome is the decision of one resource: what the output and the exit
+// status need of it, kept small (a run may decide many thousands).
 type outcome struct {
-	resource  *engine.Object
-	namespace string
+	apiVersion, kind, namespace, name string
+	// decision and candidate are the decisions; once finished, kept only
+	// when the candidates change them (writeWhatIf shows the difference).
 	decision  *arbiterv1.DecideResponse
 	candidate *arbiterv1.DecideResponse
 	changed   bool
-	// report is the outcome's PolicyReport, and reportJSON its -o json
-	// encoding (when that is the output), made by finish.
-	report     report.Report
-	reportJSON []byte
+	// The verdict, for the exit status.
+	denied, anyFail, anyWarn bool
+	// report is the outcome's PolicyReport (for -o table, yaml, junit).
+	report report.Report
 }
 
-// finish makes the outcome's report (and its JSON for -o json), where the
-// outcome is decided: in parallel, while other outcomes are decided.
-func (oc *outcome) finish(format string) {
-	gvk := schema.FromAPIVersionAndKind(oc.resource.APIVersion, oc.resource.Kind)
-	oc.report = report.New(oc.resource.APIVersion, oc.resource.Kind, oc.namespace, oc.resource.Name,
-		engine.IsNamespaced(gvk.GroupKind()), reportResults(oc.decision.GetResults()))
+func newOutcome(res *engine.Object, namespace string) outcome {
+	return outcome{apiVersion: res.APIVersion, kind: res.Kind, namespace: namespace, name: res.Name}
+}
+
+// Output formats of finish besides apply's -o values: whatIf keeps only
+// what writeWhatIf needs.
+const formatWhatIf = "what-if"
+
+// finisher finishes outcomes for one output, where they are decided: in
+// parallel, while other outcomes are decided. It makes what the output needs
+// of each decision and drops the rest; for -o json it writes the reports
+// as they are ready.
+type finisher struct {
+	format string
+	json   *jsonArrayWriter
+}
+
+// newFinisher finishes outcomes for format (or formatWhatIf), writing -o
+// json to out.
+func newFinisher(out io.Writer, format string) *finisher {
+	f := &finisher{format: format}
 	if format == "json" {
-		oc.reportJSON = oc.report.AppendJSON(make([]byte, 0, 1024+512*len(oc.report.Results)), "  ")
+		f.json = newJSONArrayWriter(out)
 	}
+	return f
+}
+
+// finish finishes outcome i.
+func (f *finisher) finish(i int, oc *outcome) {
+	if f.json == nil {
+		oc.finish(f.format, nil)
+		return
+	}
+	f.json.put(i, oc.finish(f.format, f.json.buffer()))
+}
+
+// finish makes what format needs of the outcome's decision and drops the
+// rest: its report, or (-o json) its report's JSON appended to buf.
+func (oc *outcome) finish(format string, buf []byte) []byte {
+	oc.denied = !oc.decision.GetAllowed()
+	for _, r := range oc.decision.GetResults() {
+		switch r.GetResult() {
+		case engine.ResultFail, engine.ResultError:
+			oc.anyFail = true
+		case engine.ResultWarn:
+			oc.anyWarn = true
+		}
+	}
+	if format == formatWhatIf {
+		if !oc.changed {
+			oc.decision, oc.candidate = nil, nil
+		}
+		return nil
+	}
+	gvk := schema.FromAPIVersionAndKind(oc.apiVersion, oc.kind)
+	rep := report.New(oc.apiVersion, oc.kind, oc.namespace, oc.name,
+		engine.IsNamespaced(gvk.GroupKind()), reportResults(oc.decision.GetResults()))
+	oc.decision, oc.candidate = nil, nil
+	if format == "json" {
+		return rep.AppendJSON(buf, "  ")
+	}
+	oc.report = rep
+	return nil
 }
 
 func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions) error {
@@ -138,35 +195,50 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 	if err != nil {
 		return err
 	}
-	in, err := loadInputs(args, o.resources, o.exceptions)
-	if err != nil {
-		return err
-	}
-	reqs := make([]*engine.Request, len(in.resources))
-	for i, res := range in.resources {
-		if reqs[i], err = requestFor(res, o.operation, mode); err != nil {
-			return err
-		}
-	}
-	prog := newProgress(o.progress, len(reqs))
 	var outcomes []outcome
 	var whatIf *arbiterv1.WhatIfSummary
+	var prog *progress
+	// With -o json the reports are written as they are made (on an error
+	// after the first, the output is cut short: exit status 2 says so).
+	fin := newFinisher(out, o.output)
 	start := time.Now()
 	if o.server != "" {
+		in, err := loadRemoteInputs(args, o.resources, o.exceptions, o.operation, mode)
+		if err != nil {
+			return err
+		}
 		candidates, err := readObjects(o.candidates...)
 		if err != nil {
 			return err
 		}
-		outcomes, whatIf, err = decideRemote(ctx, o.server, in, reqs, candidates, prog, o.output)
+		if len(candidates) > 0 {
+			fin = newFinisher(out, formatWhatIf)
+		}
+		prog = newProgress(o.progress, len(in.resources))
+		start = time.Now()
+		// decideRemote consumes in.
+		outcomes, whatIf, err = decideRemote(ctx, o.server, in, candidates, prog, fin)
 		if err != nil {
 			return err
 		}
 	} else {
+		in, err := loadInputs(args, o.resources, o.exceptions)
+		if err != nil {
+			return err
+		}
+		reqs := make([]*engine.Request, len(in.resources))
+		for i, res := range in.resources {
+			if reqs[i], err = requestFor(res, o.operation, mode); err != nil {
+				return err
+			}
+		}
 		ps, err := compile(in.objects, engine.Options{})
 		if err != nil {
 			return err
 		}
-		outcomes = decideLocal(ctx, ps, in.resources, reqs, prog, o.output)
+		prog = newProgress(o.progress, len(reqs))
+		start = time.Now()
+		outcomes = decideLocal(ctx, ps, in.resources, reqs, prog, fin)
 	}
 	prog.done(time.Since(start))
 	if whatIf != nil {
@@ -178,12 +250,8 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 		}
 		return nil
 	}
-	if o.output == "json" {
-		encoded := make([][]byte, len(outcomes))
-		for i := range outcomes {
-			encoded[i] = outcomes[i].reportJSON
-		}
-		if err := writeJSONArray(out, encoded); err != nil {
+	if fin.json != nil {
+		if err := fin.json.close(); err != nil {
 			return err
 		}
 	} else {
@@ -204,32 +272,23 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 // failed applies the exit rule.
 func failed(outcomes []outcome, failOn string) bool {
 	for _, oc := range outcomes {
-		if failOn == "" && !oc.decision.GetAllowed() {
+		switch {
+		case failOn == "" && oc.denied,
+			failOn != "" && oc.anyFail,
+			failOn == "warn" && oc.anyWarn:
 			return true
-		}
-		for _, r := range oc.decision.GetResults() {
-			switch r.GetResult() {
-			case engine.ResultFail, engine.ResultError:
-				if failOn != "" {
-					return true
-				}
-			case engine.ResultWarn:
-				if failOn == "warn" {
-					return true
-				}
-			}
 		}
 	}
 	return false
 }
 
 // decideLocal evaluates every request on the compiled set, in parallel.
-func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []*engine.Object, reqs []*engine.Request, prog *progress, format string) []outcome {
+func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []*engine.Object, reqs []*engine.Request, prog *progress, fin *finisher) []outcome {
 	outcomes := make([]outcome, len(reqs))
 	parallelDo(len(reqs), func(i int) {
-		outcomes[i] = outcome{resource: resources[i], namespace: reqs[i].Namespace,
-			decision: server.ResponseFromDecision(ps.Evaluate(ctx, reqs[i]))}
-		outcomes[i].finish(format)
+		outcomes[i] = newOutcome(resources[i], reqs[i].Namespace)
+		outcomes[i].decision = server.ResponseFromDecision(ps.Evaluate(ctx, reqs[i]))
+		fin.finish(i, &outcomes[i])
 		prog.add(1)
 	})
 	return outcomes
@@ -275,23 +334,76 @@ func writeReports(out io.Writer, format string, reports []report.Report) error {
 	return nil
 }
 
-// writeJSONArray writes encoded JSON values (indented one level) as the
-// elements of an indented array.
-func writeJSONArray(out io.Writer, encoded [][]byte) error {
-	if len(encoded) == 0 {
-		_, err := io.WriteString(out, "[]\n")
-		return err
+// jsonArrayWriter writes -o json: the reports, in input order, as one
+// indented JSON array — the bytes json.Encoder with SetIndent("", "  ") and
+// SetEscapeHTML(false) writes for the slice of them — as they are made, out
+// of order. Its memory is bounded by how far out of order they come, and it
+// recycles their buffers.
+type jsonArrayWriter struct {
+	w    *bufio.Writer
+	bufs sync.Pool
+
+	mu      sync.Mutex
+	next    int
+	pending map[int][]byte
+	err     error
+}
+
+func newJSONArrayWriter(out io.Writer) *jsonArrayWriter {
+	return &jsonArrayWriter{w: bufio.NewWriterSize(out, 1<<16), pending: map[int][]byte{},
+		bufs: sync.Pool{New: func() any { return new([]byte) }}}
+}
+
+// buffer returns an empty buffer for a report.
+func (a *jsonArrayWriter) buffer() []byte {
+	return (*a.bufs.Get().(*[]byte))[:0]
+}
+
+// put hands over report i, encoded (indented one level) in a buffer from
+// buffer.
+func (a *jsonArrayWriter) put(i int, b []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i != a.next {
+		a.pending[i] = b
+		return
 	}
-	w := bufio.NewWriterSize(out, 1<<16)
-	w.WriteString("[\n  ")
-	for i, b := range encoded {
-		if i > 0 {
-			w.WriteString(",\n  ")
+	for {
+		if a.next == 0 {
+			a.w.WriteString("[\n  ")
+		} else {
+			a.w.WriteString(",\n  ")
 		}
-		w.Write(b)
+		if _, err := a.w.Write(b); err != nil && a.err == nil {
+			a.err = err
+		}
+		done := b
+		a.bufs.Put(&done)
+		a.next++
+		var ok bool
+		if b, ok = a.pending[a.next]; !ok {
+			return
+		}
+		delete(a.pending, a.next)
 	}
-	w.WriteString("\n]\n")
-	return w.Flush()
+}
+
+// close ends the array, once every report is put.
+func (a *jsonArrayWriter) close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.pending) > 0 {
+		return fmt.Errorf("report %d was never made", a.next)
+	}
+	if a.next == 0 {
+		a.w.WriteString("[]\n")
+	} else {
+		a.w.WriteString("\n]\n")
+	}
+	if err := a.w.Flush(); err != nil && a.err == nil {
+		a.err = err
+	}
+	return a.err
 }
 
 // JUnit XML: one test suite per resource, one test case per policy result.
@@ -398,7 +510,7 @@ func writeWhatIf(out io.Writer, format string, outcomes []outcome, sum *arbiterv
 			continue
 		}
 		doc.Items = append(doc.Items, item{
-			Resource:   resourceName(oc.resource.Kind, oc.namespace, oc.resource.Name),
+			Resource:   resourceName(oc.kind, oc.namespace, oc.name),
 			AllowedNow: oc.decision.GetAllowed(), AllowedThen: oc.candidate.GetAllowed(),
 			Changes: diffResults(oc.decision, oc.candidate),
 		})

@@ -261,25 +261,34 @@ func writeDecision(w io.Writer, format string, resp *arbiterv1.DecideResponse) e
 
 // protoRequest converts an engine request to its wire form.
 func protoRequest(req *engine.Request) (*arbiterv1.DecideRequest, error) {
-	pr := &arbiterv1.DecideRequest{
-		Kind:        &arbiterv1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
-		Resource:    &arbiterv1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
-		SubResource: req.SubResource,
-		Name:        req.Name,
-		Namespace:   req.Namespace,
-		DryRun:      req.DryRun,
-		UserInfo:    &arbiterv1.UserInfo{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
-	}
+	var object, oldObject []byte
 	var err error
 	if req.Object != nil {
-		if pr.ObjectJson, err = jsonenc.AppendValue(nil, req.Object); err != nil {
+		if object, err = jsonenc.AppendValue(nil, req.Object); err != nil {
 			return nil, exitWith(exitLoad, "object: %v", err)
 		}
 	}
 	if req.OldObject != nil {
-		if pr.OldObjectJson, err = jsonenc.AppendValue(nil, req.OldObject); err != nil {
+		if oldObject, err = jsonenc.AppendValue(nil, req.OldObject); err != nil {
 			return nil, exitWith(exitLoad, "old object: %v", err)
 		}
+	}
+	return protoRequestJSON(req, object, oldObject), nil
+}
+
+// protoRequestJSON is the DecideRequest of req, whose object and old
+// object are given as JSON.
+func protoRequestJSON(req *engine.Request, object, oldObject []byte) *arbiterv1.DecideRequest {
+	pr := &arbiterv1.DecideRequest{
+		Kind:          &arbiterv1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
+		Resource:      &arbiterv1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
+		SubResource:   req.SubResource,
+		Name:          req.Name,
+		Namespace:     req.Namespace,
+		DryRun:        req.DryRun,
+		UserInfo:      &arbiterv1.UserInfo{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
+		ObjectJson:    object,
+		OldObjectJson: oldObject,
 	}
 	switch strings.ToUpper(req.Operation) {
 	case engine.OpUpdate:
@@ -296,5 +305,5 @@ func protoRequest(req *engine.Request) (*arbiterv1.DecideRequest, error) {
 	} else {
 		pr.Mode = arbiterv1.Mode_MODE_ADMISSION
 	}
-	return pr, nil
+	return pr
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine"
@@ -156,4 +157,105 @@ func resourceName(kind, namespace, name string) string {
 		return fmt.Sprintf("%s %s/%s", kind, namespace, name)
 	}
 	return fmt.Sprintf("%s %s", kind, name)
+}
+
+// remoteInputs are apply --server's inputs: the resources to decide, as
+// JSON (their data is the server's to build), and the Namespace objects
+// among the inputs.
+type remoteInputs struct {
+	resources  []remoteResource
+	namespaces map[string]*structpb.Struct
+}
+
+// remoteResource is a resource to decide on the server: its identity and
+// its request, whose object is the resource's JSON.
+type remoteResource struct {
+	object  *engine.Object // identity only: no Content
+	request *arbiterv1.DecideRequest
+}
+
+// loadRemoteInputs reads apply --server's paths as loadInputs does, keeping
+// each resource as JSON rather than data. Policy objects are refused (the
+// policies are the server's: try them with --candidate).
+func loadRemoteInputs(paths, resourcePaths, exceptionPaths []string, operation string, mode engine.Mode) (*remoteInputs, error) {
+	in := &remoteInputs{namespaces: map[string]*structpb.Struct{}}
+	addNamespace := func(o *engine.Object, js []byte) error {
+		content, err := manifest.DecodeJSON(js)
+		if err == nil {
+			var st *structpb.Struct
+			if st, err = structpb.NewStruct(content); err == nil {
+				in.namespaces[o.Name] = st
+				return nil
+			}
+		}
+		return exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
+	}
+	addResource := func(o *engine.Object, js []byte) error {
+		// requestFor needs only the identity of the object: the head.
+		req, err := requestFor(&engine.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
+			Content: map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "metadata": map[string]any{"name": o.Name, "namespace": o.Namespace}}},
+			operation, mode)
+		if err != nil {
+			return err
+		}
+		var object, oldObject []byte
+		if req.Object != nil {
+			object = js
+		}
+		if req.OldObject != nil {
+			oldObject = js
+		}
+		in.resources = append(in.resources, remoteResource{object: o, request: protoRequestJSON(req, object, oldObject)})
+		return nil
+	}
+	policyObject := func(o *engine.Object) error {
+		return exitWith(exitLoad, "%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
+	}
+	for _, set := range []struct {
+		paths []string
+		add   func(o *engine.Object, js []byte) error
+	}{
+		{paths, func(o *engine.Object, js []byte) error {
+			switch engine.Classify(o) {
+			case engine.ClassResource:
+				return addResource(o, js)
+			case engine.ClassNamespace:
+				return addNamespace(o, js)
+			}
+			return policyObject(o)
+		}},
+		{resourcePaths, func(o *engine.Object, js []byte) error {
+			switch engine.Classify(o) {
+			case engine.ClassResource:
+				return addResource(o, js)
+			case engine.ClassNamespace:
+				if err := addNamespace(o, js); err != nil {
+					return err
+				}
+				return addResource(o, js)
+			}
+			return exitWith(exitLoad, "%s: %s is a policy object, not a resource", o.Source, o.Ref())
+		}},
+		{exceptionPaths, func(o *engine.Object, js []byte) error {
+			if engine.Classify(o) != engine.ClassException {
+				return exitWith(exitLoad, "%s: %s is not a PolicyException", o.Source, o.Ref())
+			}
+			return policyObject(o)
+		}},
+	} {
+		if len(set.paths) == 0 {
+			continue
+		}
+		docs, err := manifest.ReadPathsJSON(os.Stdin, set.paths...)
+		if err != nil {
+			return nil, exitWith(exitLoad, "%v", err)
+		}
+		for _, d := range docs {
+			o := &engine.Object{APIVersion: d.Head.APIVersion, Kind: d.Head.Kind, Name: d.Head.Name, Namespace: d.Head.Namespace, Source: d.Source()}
+			if err := set.add(o, d.JSON); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return in, nil
 }

@@ -8,32 +8,15 @@ import (
 	"runtime"
 	"sync"
 
-	"google.golang.org/protobuf/types/known/structpb"
-
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/engine"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
-// decideRemote decides every request on the server in one DecideStream, so
-// the whole run is pinned to one revision. Namespace objects among the
-// inputs are sent as the namespace objects of requests in them; policy
-// objects are refused (the policies are the server's), except as
-// candidates.
-func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.Request, candidates []*engine.Object, prog *progress, format string) ([]outcome, *arbiterv1.WhatIfSummary, error) {
-	namespaces := map[string]*structpb.Struct{}
-	for _, o := range in.objects {
-		switch engine.Classify(o) {
-		case engine.ClassNamespace:
-			st, err := structpb.NewStruct(o.Content)
-			if err != nil {
-				return nil, nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
-			}
-			namespaces[o.Name] = st
-		case engine.ClassPolicy, engine.ClassException, engine.ClassUnsupported, engine.ClassVAP, engine.ClassVAPBinding, engine.ClassPodSecurityConfiguration:
-			return nil, nil, exitWith(exitLoad, "%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
-		}
-	}
+// decideRemote decides every resource on the server in one DecideStream,
+// so the whole run is pinned to one revision. Namespace objects among the
+// inputs are sent as the namespace objects of requests in them.
+func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates []*engine.Object, prog *progress, fin *finisher) ([]outcome, *arbiterv1.WhatIfSummary, error) {
 	var whatIf *arbiterv1.WhatIf
 	if len(candidates) > 0 {
 		whatIf = &arbiterv1.WhatIf{}
@@ -59,17 +42,23 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 	if err != nil {
 		return nil, nil, exitWith(exitLoad, "%s", client.Describe(err))
 	}
+	// What is kept of each resource is its identity: the sender drops the
+	// requests (the bulk of the inputs) once they are sent.
+	n := len(in.resources)
+	outcomes := make([]outcome, n)
+	refs := make([]string, n)
+	for i, res := range in.resources {
+		outcomes[i] = newOutcome(res.object, res.request.GetNamespace())
+		refs[i] = res.object.Ref()
+	}
 	sendErr := make(chan error, 1)
 	go func() {
 		defer close(sendErr)
-		for i, req := range reqs {
-			pr, err := protoRequest(req)
-			if err != nil {
-				sendErr <- err
-				return
-			}
-			pr.NamespaceObject = namespaces[req.Namespace]
-			msg := &arbiterv1.DecideStreamRequest{Item: &arbiterv1.BatchItem{Name: in.resources[i].Ref(), Request: pr}}
+		for i := range in.resources {
+			pr := in.resources[i].request
+			in.resources[i].request = nil
+			pr.NamespaceObject = in.namespaces[pr.GetNamespace()]
+			msg := &arbiterv1.DecideStreamRequest{Item: &arbiterv1.BatchItem{Name: refs[i], Request: pr}}
 			if i == 0 {
 				msg.WhatIf = whatIf
 			}
@@ -85,7 +74,6 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 			sendErr <- err
 		}
 	}()
-	outcomes := make([]outcome, len(reqs))
 	// Each outcome's report is made by a worker as soon as it arrives,
 	// while the stream goes on.
 	finished := make(chan int, 256)
@@ -95,7 +83,7 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 		go func() {
 			defer finishing.Done()
 			for i := range finished {
-				outcomes[i].finish(format)
+				fin.finish(i, &outcomes[i])
 			}
 		}()
 	}
@@ -105,6 +93,7 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 	}()
 	var summary *arbiterv1.WhatIfSummary
 	received := 0
+	seen := make([]bool, n)
 	for {
 		resp, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -119,14 +108,14 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 		}
 		it := resp.GetItem()
 		i := int(it.GetIndex())
-		if i < 0 || i >= len(reqs) || outcomes[i].decision != nil {
+		if i < 0 || i >= n || seen[i] {
 			return nil, nil, exitWith(exitLoad, "deciding on %s: unexpected item index %d", addr, i)
 		}
+		seen[i] = true
 		if e := it.GetError(); e != nil {
-			return nil, nil, exitWith(exitLoad, "%s: %s", in.resources[i].Ref(), e.GetMessage())
+			return nil, nil, exitWith(exitLoad, "%s: %s", refs[i], e.GetMessage())
 		}
-		outcomes[i] = outcome{resource: in.resources[i], namespace: reqs[i].Namespace, decision: it.GetDecision(),
-			candidate: it.GetCandidateDecision(), changed: it.GetChanged()}
+		outcomes[i].decision, outcomes[i].candidate, outcomes[i].changed = it.GetDecision(), it.GetCandidateDecision(), it.GetChanged()
 		finished <- i
 		received++
 		prog.add(1)
@@ -134,8 +123,8 @@ func decideRemote(ctx context.Context, addr string, in *inputs, reqs []*engine.R
 	if err := <-sendErr; err != nil {
 		return nil, nil, exitWith(exitLoad, "sending to %s: %v", addr, err)
 	}
-	if received != len(reqs) {
-		return nil, nil, exitWith(exitLoad, "deciding on %s: %d of %d answered", addr, received, len(reqs))
+	if received != n {
+		return nil, nil, exitWith(exitLoad, "deciding on %s: %d of %d answered", addr, received, n)
 	}
 	if whatIf != nil && summary == nil {
 		return nil, nil, exitWith(exitLoad, "deciding on %s: no what-if summary", addr)

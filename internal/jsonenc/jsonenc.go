@@ -98,12 +98,13 @@ func AppendFloat(dst []byte, f float64) []byte {
 
 const jsonHex = "0123456789abcdef"
 
-// safe marks the ASCII bytes a JSON string holds as they are; htmlSafe
-// those json.Marshal does not escape as HTML.
-var safe, htmlSafe = func() (s, h [utf8.RuneSelf]bool) {
+// plain marks the bytes a JSON string holds as they are (no byte of a
+// multi-byte UTF-8 sequence: those are checked); plainHTML also leaves out
+// what json.Marshal escapes as HTML.
+var plain, plainHTML = func() (s, h [256]bool) {
 	for b := 0x20; b < utf8.RuneSelf; b++ {
 		s[b] = b != '"' && b != '\\'
-		h[b] = b != '<' && b != '>' && b != '&'
+		h[b] = s[b] && b != '<' && b != '>' && b != '&'
 	}
 	return s, h
 }()
@@ -113,14 +114,20 @@ var safe, htmlSafe = func() (s, h [utf8.RuneSelf]bool) {
 // escaped when escapeHTML (json.Marshal; json.Encoder with
 // SetEscapeHTML(false) does not).
 func AppendString(dst []byte, s string, escapeHTML bool) []byte {
+	tab := &plain
+	if escapeHTML {
+		tab = &plainHTML
+	}
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		for i < len(s) && tab[s[i]] {
+			i++
+		}
+		if i == len(s) {
+			break
+		}
 		if b := s[i]; b < utf8.RuneSelf {
-			if safe[b] && (!escapeHTML || htmlSafe[b]) {
-				i++
-				continue
-			}
 			dst = append(dst, s[start:i]...)
 			switch b {
 			case '\\', '"':

@@ -25,6 +25,17 @@ func TestApplyAgainstServer(t *testing.T) {
 		t.Fatalf("reports: %v\n%s", err, out)
 	}
 
+	// The reports the server makes (-o json asks for them) are the ones
+	// local apply makes in admission mode, byte for byte: namespaced and
+	// cluster-scoped resources, a Pod without a namespace, a Deployment,
+	// a List, JSON and YAML the fast path declines.
+	inputs := append([]string{"testdata/reports"}, pods...)
+	remote, errOut, code := run(t, append([]string{"apply", "--server", primary.addr, "-o", "json"}, inputs...)...)
+	local, errLocal, codeLocal := run(t, append([]string{"apply", "--mode", "admission", "-o", "json", "../deploy/examples/pod-security"}, inputs...)...)
+	if code != codeLocal || remote != local || strings.Count(remote, `"apiVersion": "wgpolicyk8s.io/v1alpha2"`) != 8 {
+		t.Fatalf("--server (exit %d) and local (exit %d) reports differ:\n%s%s\n----\n%s%s", code, codeLocal, remote, errOut, local, errLocal)
+	}
+
 	// JUnit for CI systems.
 	out, _, code = run(t, append([]string{"apply", "--server", primary.addr, "-o", "junit"}, pods...)...)
 	var suites struct {

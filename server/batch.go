@@ -37,7 +37,7 @@ func (s *Server) DecideBatch(ctx context.Context, in *arbiterv1.DecideBatchReque
 	}
 	resp := &arbiterv1.DecideBatchResponse{Revision: snap.Revision, Digest: snap.Digest, Items: make([]*arbiterv1.ItemResult, len(in.GetItems()))}
 	parallel(len(in.GetItems()), func(i int) {
-		resp.Items[i] = s.decideItem(ctx, snap, cand, uint32(i), in.GetItems()[i])
+		resp.Items[i] = s.decideItem(ctx, snap, cand, in.GetPolicyReports(), uint32(i), in.GetItems()[i])
 	})
 	if cand != nil {
 		resp.WhatIf = summarize(resp.Items)
@@ -72,8 +72,21 @@ func parallel(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-// decideItem decides one item against the snapshot (and the candidate set).
-func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.PolicySet, index uint32, item *arbiterv1.BatchItem) *arbiterv1.ItemResult {
+// reportBuffers recycles the buffers of policy_report_json, once their
+// response is sent.
+var reportBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// recycleReport returns the report buffer of a sent item to reportBuffers.
+func recycleReport(it *arbiterv1.ItemResult) {
+	if b := it.GetPolicyReportJson(); b != nil {
+		it.PolicyReportJson = nil
+		reportBuffers.Put(&b)
+	}
+}
+
+// decideItem decides one item against the snapshot (and the candidate set),
+// answering with its PolicyReport when reports is set.
+func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.PolicySet, reports bool, index uint32, item *arbiterv1.BatchItem) *arbiterv1.ItemResult {
 	out := &arbiterv1.ItemResult{Index: index, Name: item.GetName()}
 	if item.GetRequest() == nil {
 		out.Error = &arbiterv1.ItemError{Code: int32(codes.InvalidArgument), Message: "request: required", Field: "request"}
@@ -102,6 +115,13 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		cr := *req
 		out.CandidateDecision = ResponseFromDecision(cand.Evaluate(ctx, &cr))
 		out.Changed = out.Decision.GetAllowed() != out.CandidateDecision.GetAllowed() || !sameResults(out.Decision, out.CandidateDecision)
+	}
+	if reports {
+		rep := ReportOf(req, out.Decision.GetResults())
+		out.PolicyReportJson = rep.AppendJSON((*reportBuffers.Get().(*[]byte))[:0], "")
+		out.ReportSummary = &arbiterv1.ReportSummary{Pass: uint32(rep.Summary.Pass), Fail: uint32(rep.Summary.Fail),
+			Warn: uint32(rep.Summary.Warn), Error: uint32(rep.Summary.Error), Skip: uint32(rep.Summary.Skip)}
+		out.Decision.Results = nil
 	}
 	return out
 }
@@ -234,6 +254,7 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	if err != nil {
 		return toStatus(err)
 	}
+	reports := first.GetPolicyReports()
 	type slot struct {
 		done chan *arbiterv1.ItemResult
 	}
@@ -254,7 +275,7 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 				if item == nil {
 					item = &arbiterv1.BatchItem{}
 				}
-				j.done <- s.decideItem(ctx, snap, cand, j.index, item)
+				j.done <- s.decideItem(ctx, snap, cand, reports, j.index, item)
 			}
 		}()
 	}
@@ -297,6 +318,8 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
+		// Send has encoded the message: its report buffer can go round again.
+		recycleReport(it)
 		if cand != nil {
 			items = append(items, &arbiterv1.ItemResult{Decision: it.GetDecision(), CandidateDecision: it.GetCandidateDecision(), Changed: it.GetChanged()})
 		}

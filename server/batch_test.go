@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/report"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
 )
@@ -62,6 +64,39 @@ func TestDecideBatch(t *testing.T) {
 	if it[3].GetError().GetField() != "request" {
 		t.Fatalf("item 3: %v", it[3])
 	}
+	// policy_reports: the same verdicts, each item's results as its
+	// PolicyReport (and counts) instead of decision results.
+	items := []*arbiterv1.BatchItem{{Name: "good", Request: podRequest("good", "a", false)},
+		{Name: "bad json", Request: &arbiterv1.DecideRequest{ObjectJson: []byte("{")}},
+		{Name: "host network", Request: podRequest("hn", "a", true)}}
+	withReports, err := ts.c.Decision.DecideBatch(ctx, &arbiterv1.DecideBatchRequest{Items: items, PolicyReports: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range withReports.GetItems() {
+		want := it[i]
+		if i == 1 {
+			if got.GetError().GetField() != "request.object_json" || got.GetPolicyReportJson() != nil {
+				t.Fatalf("bad item with reports: %v", got)
+			}
+			continue
+		}
+		var rep report.Report
+		if err := json.Unmarshal(got.GetPolicyReportJson(), &rep); err != nil {
+			t.Fatalf("item %d: report %q: %v", i, got.GetPolicyReportJson(), err)
+		}
+		wantResults := server.ReportResults(want.GetDecision().GetResults())
+		sum := got.GetReportSummary()
+		if len(got.GetDecision().GetResults()) != 0 || got.GetDecision().GetAllowed() != want.GetDecision().GetAllowed() ||
+			!reflect.DeepEqual(rep.Results, wantResults) || rep.Kind != "PolicyReport" || rep.Scope.Name != []string{"good", "", "hn"}[i] || rep.Scope.Namespace != "a" ||
+			int(sum.GetPass()) != rep.Summary.Pass || int(sum.GetFail()) != rep.Summary.Fail || rep.Summary.Pass+rep.Summary.Fail != 16 {
+			t.Fatalf("item %d with reports: %v\nreport %+v\nwant results %+v", i, got, rep, wantResults)
+		}
+	}
+	if s := withReports.GetItems()[2].GetReportSummary(); s.GetFail() == 0 || withReports.GetItems()[2].GetDecision().GetStatus() == nil {
+		t.Fatalf("host network item: %v", withReports.GetItems()[2])
+	}
+
 	// More than 1,000 items: refused, pointing at DecideStream.
 	big := &arbiterv1.DecideBatchRequest{}
 	for i := 0; i < server.MaxBatchItems+1; i++ {

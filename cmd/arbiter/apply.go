@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/xml"
@@ -137,6 +138,31 @@ func (f *finisher) finish(i int, oc *outcome) {
 	f.json.put(i, oc.finish(f.format, f.json.buffer()))
 }
 
+// finishReport finishes outcome i, answered by the server with its
+// PolicyReport (-o json): the report is written, re-indented as an array
+// element.
+func (f *finisher) finishReport(i int, oc *outcome, js []byte, sum *arbiterv1.ReportSummary) {
+	oc.denied = !oc.decision.GetAllowed()
+	oc.anyFail = sum.GetFail()+sum.GetError() > 0
+	oc.anyWarn = sum.GetWarn() > 0
+	oc.decision, oc.candidate = nil, nil
+	f.json.put(i, appendIndented(f.json.buffer(), js, "  "))
+}
+
+// appendIndented appends JSON with prefix after each of its line breaks
+// (all of them are between tokens: strings hold theirs escaped).
+func appendIndented(dst, js []byte, prefix string) []byte {
+	for {
+		i := bytes.IndexByte(js, '\n')
+		if i < 0 {
+			return append(dst, js...)
+		}
+		dst = append(dst, js[:i+1]...)
+		dst = append(dst, prefix...)
+		js = js[i+1:]
+	}
+}
+
 // finish makes what format needs of the outcome's decision and drops the
 // rest: its report, or (-o json) its report's JSON appended to buf.
 func (oc *outcome) finish(format string, buf []byte) []byte {
@@ -157,7 +183,7 @@ func (oc *outcome) finish(format string, buf []byte) []byte {
 	}
 	gvk := schema.FromAPIVersionAndKind(oc.apiVersion, oc.kind)
 	rep := report.New(oc.apiVersion, oc.kind, oc.namespace, oc.name,
-		engine.IsNamespaced(gvk.GroupKind()), reportResults(oc.decision.GetResults()))
+		engine.IsNamespaced(gvk.GroupKind()), server.ReportResults(oc.decision.GetResults()))
 	oc.decision, oc.candidate = nil, nil
 	if format == "json" {
 		return rep.AppendJSON(buf, "  ")

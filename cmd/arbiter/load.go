@@ -10,7 +10,6 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
-	"github.com/arbiter-pdp/arbiter/engine/report"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
@@ -130,25 +129,6 @@ func parseMode(s string, dflt engine.Mode) (engine.Mode, error) {
 		return engine.ModeBackground, nil
 	}
 	return 0, exitWith(exitLoad, "--mode: unknown mode %q (admission, background)", s)
-}
-
-// reportResults converts decision results to report results.
-func reportResults(rs []*arbiterv1.PolicyResult) []report.Result {
-	out := make([]report.Result, len(rs))
-	for i, r := range rs {
-		out[i] = report.Result{
-			Policy:     r.GetPolicy(),
-			Rule:       r.GetRule(),
-			Result:     r.GetResult(),
-			Message:    r.GetMessage(),
-			Properties: r.GetProperties(),
-			Source:     r.GetSource(),
-			Scored:     r.GetScored(),
-			Category:   r.GetCategory(),
-			Severity:   r.GetSeverity(),
-		}
-	}
-	return out
 }
 
 // resourceName is "Kind namespace/name" for tables.

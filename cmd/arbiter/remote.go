@@ -61,6 +61,9 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 			msg := &arbiterv1.DecideStreamRequest{Item: &arbiterv1.BatchItem{Name: refs[i], Request: pr}}
 			if i == 0 {
 				msg.WhatIf = whatIf
+				// -o json: the server makes the reports (cheaper than
+				// sending every result to make them here).
+				msg.PolicyReports = fin.json != nil
 			}
 			if err := stream.Send(msg); err != nil {
 				if errors.Is(err, io.EOF) {
@@ -116,6 +119,12 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 			return nil, nil, exitWith(exitLoad, "%s: %s", refs[i], e.GetMessage())
 		}
 		outcomes[i].decision, outcomes[i].candidate, outcomes[i].changed = it.GetDecision(), it.GetCandidateDecision(), it.GetChanged()
+		if js := it.GetPolicyReportJson(); js != nil && fin.json != nil {
+			fin.finishReport(i, &outcomes[i], js, it.GetReportSummary())
+			received++
+			prog.add(1)
+			continue
+		}
 		finished <- i
 		received++
 		prog.add(1)

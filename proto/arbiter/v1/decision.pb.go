@@ -1076,8 +1076,10 @@ type DecideBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Items []*BatchItem           `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
 	// The smallest revision the batch may be decided at.
-	MinRevision   uint64  `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
-	WhatIf        *WhatIf `protobuf:"bytes,3,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	MinRevision uint64  `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	WhatIf      *WhatIf `protobuf:"bytes,3,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	// Answer each item with its PolicyReport (see ItemResult.policy_report_json).
+	PolicyReports bool `protobuf:"varint,4,opt,name=policy_reports,json=policyReports,proto3" json:"policy_reports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1131,6 +1133,13 @@ func (x *DecideBatchRequest) GetWhatIf() *WhatIf {
 		return x.WhatIf
 	}
 	return nil
+}
+
+func (x *DecideBatchRequest) GetPolicyReports() bool {
+	if x != nil {
+		return x.PolicyReports
+	}
+	return false
 }
 
 // ItemError is the error of one item.
@@ -1208,9 +1217,18 @@ type ItemResult struct {
 	// Under what_if: the decision with the candidate objects.
 	CandidateDecision *DecideResponse `protobuf:"bytes,5,opt,name=candidate_decision,json=candidateDecision,proto3" json:"candidate_decision,omitempty"`
 	// Under what_if: true when the candidate objects change the verdict.
-	Changed       bool `protobuf:"varint,6,opt,name=changed,proto3" json:"changed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Changed bool `protobuf:"varint,6,opt,name=changed,proto3" json:"changed,omitempty"`
+	// With policy_reports: the item's PolicyReport (wgpolicyk8s.io/v1alpha2,
+	// one result per policy result, as `arbiter apply -o json` writes it) as
+	// JSON indented by two spaces, and its result counts; decision then
+	// carries the verdict (allowed, status, warnings, audit annotations)
+	// without its results, which the report holds. For callers that keep or
+	// forward reports (GitOps checks), and the cheapest answer to encode and
+	// decode.
+	PolicyReportJson []byte         `protobuf:"bytes,7,opt,name=policy_report_json,json=policyReportJson,proto3" json:"policy_report_json,omitempty"`
+	ReportSummary    *ReportSummary `protobuf:"bytes,8,opt,name=report_summary,json=reportSummary,proto3" json:"report_summary,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ItemResult) Reset() {
@@ -1285,6 +1303,97 @@ func (x *ItemResult) GetChanged() bool {
 	return false
 }
 
+func (x *ItemResult) GetPolicyReportJson() []byte {
+	if x != nil {
+		return x.PolicyReportJson
+	}
+	return nil
+}
+
+func (x *ItemResult) GetReportSummary() *ReportSummary {
+	if x != nil {
+		return x.ReportSummary
+	}
+	return nil
+}
+
+// ReportSummary counts the results of a PolicyReport by outcome.
+type ReportSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pass          uint32                 `protobuf:"varint,1,opt,name=pass,proto3" json:"pass,omitempty"`
+	Fail          uint32                 `protobuf:"varint,2,opt,name=fail,proto3" json:"fail,omitempty"`
+	Warn          uint32                 `protobuf:"varint,3,opt,name=warn,proto3" json:"warn,omitempty"`
+	Error         uint32                 `protobuf:"varint,4,opt,name=error,proto3" json:"error,omitempty"`
+	Skip          uint32                 `protobuf:"varint,5,opt,name=skip,proto3" json:"skip,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportSummary) Reset() {
+	*x = ReportSummary{}
+	mi := &file_arbiter_v1_decision_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSummary) ProtoMessage() {}
+
+func (x *ReportSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_decision_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSummary.ProtoReflect.Descriptor instead.
+func (*ReportSummary) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReportSummary) GetPass() uint32 {
+	if x != nil {
+		return x.Pass
+	}
+	return 0
+}
+
+func (x *ReportSummary) GetFail() uint32 {
+	if x != nil {
+		return x.Fail
+	}
+	return 0
+}
+
+func (x *ReportSummary) GetWarn() uint32 {
+	if x != nil {
+		return x.Warn
+	}
+	return 0
+}
+
+func (x *ReportSummary) GetError() uint32 {
+	if x != nil {
+		return x.Error
+	}
+	return 0
+}
+
+func (x *ReportSummary) GetSkip() uint32 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
+}
+
 // WhatIfSummary counts how the candidate objects change the verdicts.
 type WhatIfSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1302,7 +1411,7 @@ type WhatIfSummary struct {
 
 func (x *WhatIfSummary) Reset() {
 	*x = WhatIfSummary{}
-	mi := &file_arbiter_v1_decision_proto_msgTypes[14]
+	mi := &file_arbiter_v1_decision_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1423,7 @@ func (x *WhatIfSummary) String() string {
 func (*WhatIfSummary) ProtoMessage() {}
 
 func (x *WhatIfSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_decision_proto_msgTypes[14]
+	mi := &file_arbiter_v1_decision_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1436,7 @@ func (x *WhatIfSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhatIfSummary.ProtoReflect.Descriptor instead.
 func (*WhatIfSummary) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{14}
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WhatIfSummary) GetNewlyDenied() uint32 {
@@ -1371,7 +1480,7 @@ type DecideBatchResponse struct {
 
 func (x *DecideBatchResponse) Reset() {
 	*x = DecideBatchResponse{}
-	mi := &file_arbiter_v1_decision_proto_msgTypes[15]
+	mi := &file_arbiter_v1_decision_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1492,7 @@ func (x *DecideBatchResponse) String() string {
 func (*DecideBatchResponse) ProtoMessage() {}
 
 func (x *DecideBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_decision_proto_msgTypes[15]
+	mi := &file_arbiter_v1_decision_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1505,7 @@ func (x *DecideBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBatchResponse.ProtoReflect.Descriptor instead.
 func (*DecideBatchResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{15}
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DecideBatchResponse) GetRevision() uint64 {
@@ -1430,17 +1539,20 @@ func (x *DecideBatchResponse) GetWhatIf() *WhatIfSummary {
 // DecideStreamRequest is one message of a DecideStream call. min_revision
 // and what_if are read from the first message only.
 type DecideStreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Item          *BatchItem             `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
-	MinRevision   uint64                 `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
-	WhatIf        *WhatIf                `protobuf:"bytes,3,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Item        *BatchItem             `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	MinRevision uint64                 `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
+	WhatIf      *WhatIf                `protobuf:"bytes,3,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	// Read on the first message: answer each item with its PolicyReport (see
+	// ItemResult.policy_report_json).
+	PolicyReports bool `protobuf:"varint,4,opt,name=policy_reports,json=policyReports,proto3" json:"policy_reports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideStreamRequest) Reset() {
 	*x = DecideStreamRequest{}
-	mi := &file_arbiter_v1_decision_proto_msgTypes[16]
+	mi := &file_arbiter_v1_decision_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1564,7 @@ func (x *DecideStreamRequest) String() string {
 func (*DecideStreamRequest) ProtoMessage() {}
 
 func (x *DecideStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_decision_proto_msgTypes[16]
+	mi := &file_arbiter_v1_decision_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1577,7 @@ func (x *DecideStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideStreamRequest.ProtoReflect.Descriptor instead.
 func (*DecideStreamRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{16}
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DecideStreamRequest) GetItem() *BatchItem {
@@ -1489,6 +1601,13 @@ func (x *DecideStreamRequest) GetWhatIf() *WhatIf {
 	return nil
 }
 
+func (x *DecideStreamRequest) GetPolicyReports() bool {
+	if x != nil {
+		return x.PolicyReports
+	}
+	return false
+}
+
 // DecideStreamResponse is the outcome of one item; the first response also
 // states the revision and digest of the whole stream. Under what_if, a last
 // message without an item carries the summary, once the client has closed
@@ -1505,7 +1624,7 @@ type DecideStreamResponse struct {
 
 func (x *DecideStreamResponse) Reset() {
 	*x = DecideStreamResponse{}
-	mi := &file_arbiter_v1_decision_proto_msgTypes[17]
+	mi := &file_arbiter_v1_decision_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1636,7 @@ func (x *DecideStreamResponse) String() string {
 func (*DecideStreamResponse) ProtoMessage() {}
 
 func (x *DecideStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_decision_proto_msgTypes[17]
+	mi := &file_arbiter_v1_decision_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1649,7 @@ func (x *DecideStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideStreamResponse.ProtoReflect.Descriptor instead.
 func (*DecideStreamResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{17}
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DecideStreamResponse) GetRevision() uint64 {
@@ -1659,15 +1778,16 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.arbiter.v1.DecideRequestR\arequest\"\\\n" +
 	"\x06WhatIf\x12!\n" +
 	"\fobjects_json\x18\x01 \x03(\fR\vobjectsJson\x12/\n" +
-	"\adeletes\x18\x02 \x03(\v2\x15.arbiter.v1.ObjectKeyR\adeletes\"\x91\x01\n" +
+	"\adeletes\x18\x02 \x03(\v2\x15.arbiter.v1.ObjectKeyR\adeletes\"\xb8\x01\n" +
 	"\x12DecideBatchRequest\x12+\n" +
 	"\x05items\x18\x01 \x03(\v2\x15.arbiter.v1.BatchItemR\x05items\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
-	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\"O\n" +
+	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\x12%\n" +
+	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\"O\n" +
 	"\tItemError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\x80\x02\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xf0\x02\n" +
 	"\n" +
 	"ItemResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
@@ -1675,7 +1795,15 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\bdecision\x18\x03 \x01(\v2\x1a.arbiter.v1.DecideResponseR\bdecision\x12+\n" +
 	"\x05error\x18\x04 \x01(\v2\x15.arbiter.v1.ItemErrorR\x05error\x12I\n" +
 	"\x12candidate_decision\x18\x05 \x01(\v2\x1a.arbiter.v1.DecideResponseR\x11candidateDecision\x12\x18\n" +
-	"\achanged\x18\x06 \x01(\bR\achanged\"\x9a\x01\n" +
+	"\achanged\x18\x06 \x01(\bR\achanged\x12,\n" +
+	"\x12policy_report_json\x18\a \x01(\fR\x10policyReportJson\x12@\n" +
+	"\x0ereport_summary\x18\b \x01(\v2\x19.arbiter.v1.ReportSummaryR\rreportSummary\"u\n" +
+	"\rReportSummary\x12\x12\n" +
+	"\x04pass\x18\x01 \x01(\rR\x04pass\x12\x12\n" +
+	"\x04fail\x18\x02 \x01(\rR\x04fail\x12\x12\n" +
+	"\x04warn\x18\x03 \x01(\rR\x04warn\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\rR\x05error\x12\x12\n" +
+	"\x04skip\x18\x05 \x01(\rR\x04skip\"\x9a\x01\n" +
 	"\rWhatIfSummary\x12!\n" +
 	"\fnewly_denied\x18\x01 \x01(\rR\vnewlyDenied\x12#\n" +
 	"\rnewly_allowed\x18\x02 \x01(\rR\fnewlyAllowed\x12'\n" +
@@ -1685,11 +1813,12 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12,\n" +
 	"\x05items\x18\x03 \x03(\v2\x16.arbiter.v1.ItemResultR\x05items\x122\n" +
-	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\x90\x01\n" +
+	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\xb7\x01\n" +
 	"\x13DecideStreamRequest\x12)\n" +
 	"\x04item\x18\x01 \x01(\v2\x15.arbiter.v1.BatchItemR\x04item\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
-	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\"\xaa\x01\n" +
+	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\x12%\n" +
+	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\"\xaa\x01\n" +
 	"\x14DecideStreamResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12*\n" +
@@ -1724,7 +1853,7 @@ func file_arbiter_v1_decision_proto_rawDescGZIP() []byte {
 }
 
 var file_arbiter_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_arbiter_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_arbiter_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_arbiter_v1_decision_proto_goTypes = []any{
 	(Operation)(0),               // 0: arbiter.v1.Operation
 	(Mode)(0),                    // 1: arbiter.v1.Mode
@@ -1742,58 +1871,60 @@ var file_arbiter_v1_decision_proto_goTypes = []any{
 	(*DecideBatchRequest)(nil),   // 13: arbiter.v1.DecideBatchRequest
 	(*ItemError)(nil),            // 14: arbiter.v1.ItemError
 	(*ItemResult)(nil),           // 15: arbiter.v1.ItemResult
-	(*WhatIfSummary)(nil),        // 16: arbiter.v1.WhatIfSummary
-	(*DecideBatchResponse)(nil),  // 17: arbiter.v1.DecideBatchResponse
-	(*DecideStreamRequest)(nil),  // 18: arbiter.v1.DecideStreamRequest
-	(*DecideStreamResponse)(nil), // 19: arbiter.v1.DecideStreamResponse
-	nil,                          // 20: arbiter.v1.UserInfo.ExtraEntry
-	nil,                          // 21: arbiter.v1.PolicyResult.PropertiesEntry
-	nil,                          // 22: arbiter.v1.DecideResponse.AuditAnnotationsEntry
-	(*structpb.Struct)(nil),      // 23: google.protobuf.Struct
-	(*ObjectKey)(nil),            // 24: arbiter.v1.ObjectKey
+	(*ReportSummary)(nil),        // 16: arbiter.v1.ReportSummary
+	(*WhatIfSummary)(nil),        // 17: arbiter.v1.WhatIfSummary
+	(*DecideBatchResponse)(nil),  // 18: arbiter.v1.DecideBatchResponse
+	(*DecideStreamRequest)(nil),  // 19: arbiter.v1.DecideStreamRequest
+	(*DecideStreamResponse)(nil), // 20: arbiter.v1.DecideStreamResponse
+	nil,                          // 21: arbiter.v1.UserInfo.ExtraEntry
+	nil,                          // 22: arbiter.v1.PolicyResult.PropertiesEntry
+	nil,                          // 23: arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	(*structpb.Struct)(nil),      // 24: google.protobuf.Struct
+	(*ObjectKey)(nil),            // 25: arbiter.v1.ObjectKey
 }
 var file_arbiter_v1_decision_proto_depIdxs = []int32{
-	20, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
-	23, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
-	23, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
+	21, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
+	24, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
+	24, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
 	0,  // 3: arbiter.v1.DecideRequest.operation:type_name -> arbiter.v1.Operation
 	2,  // 4: arbiter.v1.DecideRequest.kind:type_name -> arbiter.v1.GroupVersionKind
 	3,  // 5: arbiter.v1.DecideRequest.resource:type_name -> arbiter.v1.GroupVersionResource
 	4,  // 6: arbiter.v1.DecideRequest.user_info:type_name -> arbiter.v1.UserInfo
-	23, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
+	24, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
 	1,  // 8: arbiter.v1.DecideRequest.mode:type_name -> arbiter.v1.Mode
-	23, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
+	24, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
 	2,  // 10: arbiter.v1.DecideRequest.request_kind:type_name -> arbiter.v1.GroupVersionKind
 	3,  // 11: arbiter.v1.DecideRequest.request_resource:type_name -> arbiter.v1.GroupVersionResource
-	21, // 12: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
+	22, // 12: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
 	7,  // 13: arbiter.v1.DecideResponse.results:type_name -> arbiter.v1.PolicyResult
-	22, // 14: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	23, // 14: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
 	8,  // 15: arbiter.v1.DecideResponse.status:type_name -> arbiter.v1.Status
 	6,  // 16: arbiter.v1.BatchItem.request:type_name -> arbiter.v1.DecideRequest
-	24, // 17: arbiter.v1.WhatIf.deletes:type_name -> arbiter.v1.ObjectKey
+	25, // 17: arbiter.v1.WhatIf.deletes:type_name -> arbiter.v1.ObjectKey
 	11, // 18: arbiter.v1.DecideBatchRequest.items:type_name -> arbiter.v1.BatchItem
 	12, // 19: arbiter.v1.DecideBatchRequest.what_if:type_name -> arbiter.v1.WhatIf
 	9,  // 20: arbiter.v1.ItemResult.decision:type_name -> arbiter.v1.DecideResponse
 	14, // 21: arbiter.v1.ItemResult.error:type_name -> arbiter.v1.ItemError
 	9,  // 22: arbiter.v1.ItemResult.candidate_decision:type_name -> arbiter.v1.DecideResponse
-	15, // 23: arbiter.v1.DecideBatchResponse.items:type_name -> arbiter.v1.ItemResult
-	16, // 24: arbiter.v1.DecideBatchResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
-	11, // 25: arbiter.v1.DecideStreamRequest.item:type_name -> arbiter.v1.BatchItem
-	12, // 26: arbiter.v1.DecideStreamRequest.what_if:type_name -> arbiter.v1.WhatIf
-	15, // 27: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
-	16, // 28: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
-	5,  // 29: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
-	6,  // 30: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
-	13, // 31: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
-	18, // 32: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
-	9,  // 33: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
-	17, // 34: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
-	19, // 35: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
-	33, // [33:36] is the sub-list for method output_type
-	30, // [30:33] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	16, // 23: arbiter.v1.ItemResult.report_summary:type_name -> arbiter.v1.ReportSummary
+	15, // 24: arbiter.v1.DecideBatchResponse.items:type_name -> arbiter.v1.ItemResult
+	17, // 25: arbiter.v1.DecideBatchResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	11, // 26: arbiter.v1.DecideStreamRequest.item:type_name -> arbiter.v1.BatchItem
+	12, // 27: arbiter.v1.DecideStreamRequest.what_if:type_name -> arbiter.v1.WhatIf
+	15, // 28: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
+	17, // 29: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	5,  // 30: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
+	6,  // 31: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
+	13, // 32: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
+	19, // 33: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
+	9,  // 34: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
+	18, // 35: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
+	20, // 36: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
+	34, // [34:37] is the sub-list for method output_type
+	31, // [31:34] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_v1_decision_proto_init() }
@@ -1808,7 +1939,7 @@ func file_arbiter_v1_decision_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_v1_decision_proto_rawDesc), len(file_arbiter_v1_decision_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

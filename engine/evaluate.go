@@ -182,6 +182,9 @@ type evalRequest struct {
 	extraSize uint64
 	// cost is the CEL cost of the policies evaluated so far.
 	cost uint64
+	// st is the state of the policy being evaluated (one at a time: one
+	// allocation per request rather than per policy).
+	st policyState
 }
 
 // level returns the index of the size level bounding the request's inputs.
@@ -352,12 +355,13 @@ func (rq *evalRequest) evalVariant(e *entry, v *variant) Result {
 	if b := rq.req.CostBudget; b > 0 && rq.cost > b {
 		return rq.result(v.policy, "evaluation", ResultError, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", b, rq.cost), nil)
 	}
-	st := &policyState{rq: rq, v: v, exact: rq.req.exact}
+	st := &rq.st
+	*st = policyState{rq: rq, v: v, exact: rq.req.exact}
 	r := rq.evalVariantOnce(e, v, st)
 	if st.inexact {
 		// Charged estimates exceeded the budget: redo the policy with
 		// exact cost tracking, which decides whether it really does.
-		st = &policyState{rq: rq, v: v, exact: true}
+		*st = policyState{rq: rq, v: v, exact: true}
 		r = rq.evalVariantOnce(e, v, st)
 	}
 	rq.cost += st.cost

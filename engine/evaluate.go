@@ -149,7 +149,7 @@ func (d *Decision) applyActions() {
 		if r.status == ResultError {
 			verb = "error"
 		}
-		text := fmt.Sprintf("Policy %s %s: %s", p.Name, verb, r.ruleMessage)
+		text := "Policy " + p.Name + " " + verb + ": " + r.ruleMessage
 		if p.deny {
 			d.Denials = append(d.Denials, text)
 		}
@@ -447,7 +447,7 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 			ok, err = asBool(out)
 		}
 		if err != nil {
-			return rq.withRefusal(rq.result(p, "", ResultError, "error: "+err.Error(), indexProps(nil, i)), v, granted, refused)
+			return rq.withRefusal(rq.indexedResult(p, ResultError, "error: "+err.Error(), nil, i), v, granted, refused)
 		}
 		if ok {
 			continue
@@ -469,9 +469,9 @@ func (rq *evalRequest) evalVariantOnce(e *entry, v *variant, st *policyState) Re
 		}
 		annotations, err := st.auditAnnotations()
 		if err != nil {
-			return rq.withRefusal(rq.result(p, "", ResultError, "error: "+err.Error(), indexProps(nil, i)), v, granted, refused)
+			return rq.withRefusal(rq.indexedResult(p, ResultError, "error: "+err.Error(), nil, i), v, granted, refused)
 		}
-		return rq.withRefusal(rq.result(p, "", ResultFail, message, indexProps(annotations, i)), v, granted, refused)
+		return rq.withRefusal(rq.indexedResult(p, ResultFail, message, annotations, i), v, granted, refused)
 	}
 	annotations, err := st.auditAnnotations()
 	if err != nil {
@@ -556,6 +556,47 @@ func applyMessageProperties(r *Result) {
 	if m, ok := r.Properties["message"]; ok {
 		r.Message = m
 	}
+}
+
+// indexedResult is the result of validation i: its properties carry the
+// index (and the audit annotations).
+func (rq *evalRequest) indexedResult(p *Policy, result, message string, annotations map[string]string, i int) Result {
+	if len(annotations) > 0 {
+		return rq.result(p, "", result, message, indexProps(annotations, i))
+	}
+	r := rq.result(p, "", result, message, nil)
+	r.Properties = indexedProcessProps(rq.process(p), i)
+	return r
+}
+
+// indexedProps holds the shared, read-only properties of results of the
+// first validations, by process and validation index.
+var indexedProps = func() map[string][]map[string]string {
+	out := map[string][]map[string]string{}
+	for proc := range processProps {
+		for i := range 16 {
+			props := map[string]string{PropValidationIndex: strconv.Itoa(i)}
+			if proc != "" {
+				props[PropProcess] = proc
+			}
+			out[proc] = append(out[proc], props)
+		}
+	}
+	return out
+}()
+
+// indexedProcessProps returns the properties of a result of validation i
+// under process proc, without annotations; shared and read-only where it
+// can be (results' properties are never modified in place).
+func indexedProcessProps(proc string, i int) map[string]string {
+	if l := indexedProps[proc]; i < len(l) {
+		return l[i]
+	}
+	props := indexProps(nil, i)
+	if proc != "" {
+		props[PropProcess] = proc
+	}
+	return props
 }
 
 func indexProps(props map[string]string, i int) map[string]string {

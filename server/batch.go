@@ -231,9 +231,12 @@ func dedupeChanges(changes []store.Change) []store.Change {
 	return out
 }
 
+// maxStreamAnswers bounds the answers of one DecideStreamResponse.
+const maxStreamAnswers = 64
+
 // streamWindow is how many stream items may be in flight (decoded and
 // being decided) ahead of the one being sent.
-const streamWindow = 64
+const streamWindow = 256
 
 // DecideStream implements DecisionService.DecideStream. Items are decided
 // in parallel and answered in order, all against one snapshot.
@@ -280,20 +283,32 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 		}()
 	}
 	recvErr := make(chan error, 1)
+	batched := len(first.GetItems()) > 0
 	// Reader: receives items, queues their evaluation, queues their slots in order.
 	go func() {
 		defer close(slots)
 		defer close(jobs)
 		msg := first
-		for index := uint32(0); ; index++ {
-			sl := slot{done: make(chan *arbiterv1.ItemResult, 1)}
-			select {
-			case slots <- sl:
-			case <-ctx.Done():
-				recvErr <- ctx.Err()
+		var index uint32
+		for {
+			items := msg.GetItems()
+			if !batched {
+				items = []*arbiterv1.BatchItem{msg.GetItem()}
+			} else if len(items) > MaxBatchItems {
+				recvErr <- toStatus(&FieldError{Field: "items", Detail: fmt.Sprintf("%d items in one message: at most %d", len(items), MaxBatchItems)})
 				return
 			}
-			jobs <- job{index: index, item: msg.GetItem(), done: sl.done}
+			for _, item := range items {
+				sl := slot{done: make(chan *arbiterv1.ItemResult, 1)}
+				select {
+				case slots <- sl:
+				case <-ctx.Done():
+					recvErr <- ctx.Err()
+					return
+				}
+				jobs <- job{index: index, item: item, done: sl.done}
+				index++
+			}
 			var err error
 			msg, err = stream.Recv()
 			if errors.Is(err, io.EOF) {
@@ -308,9 +323,59 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	}()
 	sentHeader := false
 	var items []*arbiterv1.ItemResult
-	for sl := range slots {
-		it := <-sl.done
+	// held is a slot taken from slots whose item was not decided yet when
+	// a batch of answers was sent.
+	var held *slot
+	next := func(wait bool) (*arbiterv1.ItemResult, bool) {
+		if held == nil {
+			if wait {
+				sl, ok := <-slots
+				if !ok {
+					return nil, false
+				}
+				held = &sl
+			} else {
+				select {
+				case sl, ok := <-slots:
+					if !ok {
+						return nil, false
+					}
+					held = &sl
+				default:
+					return nil, false
+				}
+			}
+		}
+		if wait {
+			it := <-held.done
+			held = nil
+			return it, true
+		}
+		select {
+		case it := <-held.done:
+			held = nil
+			return it, true
+		default:
+			return nil, false
+		}
+	}
+	for {
+		it, ok := next(true)
+		if !ok {
+			break
+		}
 		resp := &arbiterv1.DecideStreamResponse{Item: it}
+		if batched {
+			// As many answers as are ready, in order.
+			resp = &arbiterv1.DecideStreamResponse{Items: []*arbiterv1.ItemResult{it}}
+			for len(resp.Items) < maxStreamAnswers {
+				more, ok := next(false)
+				if !ok {
+					break
+				}
+				resp.Items = append(resp.Items, more)
+			}
+		}
 		if !sentHeader {
 			resp.Revision, resp.Digest = snap.Revision, snap.Digest
 			sentHeader = true
@@ -318,10 +383,15 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
-		// Send has encoded the message: its report buffer can go round again.
-		recycleReport(it)
-		if cand != nil {
-			items = append(items, &arbiterv1.ItemResult{Decision: it.GetDecision(), CandidateDecision: it.GetCandidateDecision(), Changed: it.GetChanged()})
+		for _, it := range append(resp.Items, resp.Item) {
+			if it == nil {
+				continue
+			}
+			// Send has encoded the message: its report buffer can go round again.
+			recycleReport(it)
+			if cand != nil {
+				items = append(items, &arbiterv1.ItemResult{Decision: it.GetDecision(), CandidateDecision: it.GetCandidateDecision(), Changed: it.GetChanged()})
+			}
 		}
 	}
 	if err := <-recvErr; err != nil {

@@ -157,14 +157,47 @@ func TestDecideStreamPinnedWhileWriting(t *testing.T) {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 
-	stream, err := ts.c.Decision.DecideStream(ctx)
+	// One item per message, and items in messages of 1 to 37 (answered
+	// several at a time), with a bad item now and then.
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			revision := decideStream(t, ts, 5000, batched)
+			// The verdict is the one of the stated revision.
+			if _, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: podRequest("p", "a", true).GetObjectJson(), MinRevision: revision}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// decideStream streams n host-network pods (every 997th a bad item) and
+// checks the answers: in order, named, all at the first message's
+// revision, one verdict. It returns the revision.
+func decideStream(t *testing.T, ts *testServer, n int, batched bool) uint64 {
+	t.Helper()
+	stream, err := ts.c.Decision.DecideStream(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 5000
+	item := func(i int) *arbiterv1.BatchItem {
+		if i%997 == 5 {
+			return &arbiterv1.BatchItem{Name: fmt.Sprint(i), Request: &arbiterv1.DecideRequest{ObjectJson: []byte("[")}}
+		}
+		return &arbiterv1.BatchItem{Name: fmt.Sprint(i), Request: podRequest(fmt.Sprintf("p%d", i), "a", true)}
+	}
 	go func() {
-		for i := 0; i < n; i++ {
-			if err := stream.Send(&arbiterv1.DecideStreamRequest{Item: &arbiterv1.BatchItem{Name: fmt.Sprint(i), Request: podRequest(fmt.Sprintf("p%d", i), "a", true)}}); err != nil {
+		for i := 0; i < n; {
+			msg := &arbiterv1.DecideStreamRequest{}
+			if batched {
+				for k := 0; k < 1+i%37 && i < n; k++ {
+					msg.Items = append(msg.Items, item(i))
+					i++
+				}
+			} else {
+				msg.Item = item(i)
+				i++
+			}
+			if err := stream.Send(msg); err != nil {
 				return
 			}
 		}
@@ -172,40 +205,81 @@ func TestDecideStreamPinnedWhileWriting(t *testing.T) {
 	}()
 	var revision uint64
 	verdicts := map[bool]int{}
-	for i := 0; ; i++ {
+	i, messages := 0, 0
+	for {
 		resp, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			if i != n {
-				t.Fatalf("%d items answered, want %d", i, n)
-			}
 			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i == 0 {
-			revision = resp.GetRevision()
-			if revision == 0 {
+		if messages == 0 {
+			if revision = resp.GetRevision(); revision == 0 {
 				t.Fatal("first response states no revision")
 			}
 		} else if resp.GetRevision() != 0 {
-			t.Fatalf("item %d restates a revision", i)
+			t.Fatalf("message %d restates a revision", messages)
 		}
-		it := resp.GetItem()
-		if int(it.GetIndex()) != i || it.GetName() != fmt.Sprint(i) {
-			t.Fatalf("item %d out of order: %v", i, it.GetIndex())
+		messages++
+		answers := resp.GetItems()
+		if batched != (resp.GetItem() == nil) || len(answers) > 0 != batched {
+			t.Fatalf("message %d: item %v, items %d (batched %v)", messages, resp.GetItem(), len(answers), batched)
 		}
-		verdicts[it.GetDecision().GetAllowed()]++
+		if !batched {
+			answers = []*arbiterv1.ItemResult{resp.GetItem()}
+		}
+		for _, it := range answers {
+			if int(it.GetIndex()) != i || it.GetName() != fmt.Sprint(i) {
+				t.Fatalf("answer %d out of order: %d %q", i, it.GetIndex(), it.GetName())
+			}
+			if i%997 == 5 {
+				if it.GetError().GetField() != "request.object_json" || it.GetDecision() != nil {
+					t.Fatalf("bad item %d: %v", i, it)
+				}
+			} else {
+				verdicts[it.GetDecision().GetAllowed()]++
+			}
+			i++
+		}
+	}
+	if i != n {
+		t.Fatalf("%d items answered, want %d", i, n)
 	}
 	if len(verdicts) != 1 {
 		t.Fatalf("items decided at different revisions: %v", verdicts)
 	}
-	// The verdict is the one of the stated revision.
-	d, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: podRequest("p", "a", true).GetObjectJson(), MinRevision: revision})
+	if batched && messages >= n/2 {
+		t.Errorf("%d answers in %d messages: not batched", n, messages)
+	}
+	return revision
+}
+
+// A message of more than 1,000 items ends the stream with INVALID_ARGUMENT.
+func TestDecideStreamRefusesOversizedMessage(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	stream, err := ts.c.Decision.DecideStream(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = d
+	msg := &arbiterv1.DecideStreamRequest{}
+	for i := 0; i <= server.MaxBatchItems; i++ {
+		msg.Items = append(msg.Items, &arbiterv1.BatchItem{Request: podRequest("p", "a", false)})
+	}
+	if err := stream.Send(msg); err != nil {
+		t.Fatal(err)
+	}
+	stream.CloseSend()
+	for {
+		_, err := stream.Recv()
+		if err == nil {
+			continue
+		}
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "items") {
+			t.Fatalf("oversized message: %v", err)
+		}
+		return
+	}
 }
 
 // What-if: candidate objects decided beside the live revision, with the

@@ -54,16 +54,24 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 	sendErr := make(chan error, 1)
 	go func() {
 		defer close(sendErr)
-		for i := range in.resources {
-			pr := in.resources[i].request
-			in.resources[i].request = nil
-			pr.NamespaceObject = in.namespaces[pr.GetNamespace()]
-			msg := &arbiterv1.DecideStreamRequest{Item: &arbiterv1.BatchItem{Name: refs[i], Request: pr}}
-			if i == 0 {
+		// Items go in messages of streamBatch (fewer, larger messages cost
+		// less per item); the answers come the same way.
+		for start := 0; start < n || start == 0; start += streamBatch {
+			msg := &arbiterv1.DecideStreamRequest{}
+			for i := start; i < min(start+streamBatch, n); i++ {
+				pr := in.resources[i].request
+				in.resources[i].request = nil
+				pr.NamespaceObject = in.namespaces[pr.GetNamespace()]
+				msg.Items = append(msg.Items, &arbiterv1.BatchItem{Name: refs[i], Request: pr})
+			}
+			if start == 0 {
 				msg.WhatIf = whatIf
 				// -o json: the server makes the reports (cheaper than
 				// sending every result to make them here).
 				msg.PolicyReports = fin.json != nil
+			}
+			if n == 0 {
+				break // nothing to send: the server answers nothing
 			}
 			if err := stream.Send(msg); err != nil {
 				if errors.Is(err, io.EOF) {
@@ -109,25 +117,28 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 			summary = resp.GetWhatIf()
 			continue
 		}
-		it := resp.GetItem()
-		i := int(it.GetIndex())
-		if i < 0 || i >= n || seen[i] {
-			return nil, nil, exitWith(exitLoad, "deciding on %s: unexpected item index %d", addr, i)
+		answers := resp.GetItems()
+		if it := resp.GetItem(); it != nil {
+			answers = append(answers, it)
 		}
-		seen[i] = true
-		if e := it.GetError(); e != nil {
-			return nil, nil, exitWith(exitLoad, "%s: %s", refs[i], e.GetMessage())
-		}
-		outcomes[i].decision, outcomes[i].candidate, outcomes[i].changed = it.GetDecision(), it.GetCandidateDecision(), it.GetChanged()
-		if js := it.GetPolicyReportJson(); js != nil && fin.json != nil {
-			fin.finishReport(i, &outcomes[i], js, it.GetReportSummary())
+		for _, it := range answers {
+			i := int(it.GetIndex())
+			if i < 0 || i >= n || seen[i] {
+				return nil, nil, exitWith(exitLoad, "deciding on %s: unexpected item index %d", addr, i)
+			}
+			seen[i] = true
+			if e := it.GetError(); e != nil {
+				return nil, nil, exitWith(exitLoad, "%s: %s", refs[i], e.GetMessage())
+			}
+			outcomes[i].decision, outcomes[i].candidate, outcomes[i].changed = it.GetDecision(), it.GetCandidateDecision(), it.GetChanged()
 			received++
 			prog.add(1)
-			continue
+			if js := it.GetPolicyReportJson(); js != nil && fin.json != nil {
+				fin.finishReport(i, &outcomes[i], js, it.GetReportSummary())
+				continue
+			}
+			finished <- i
 		}
-		finished <- i
-		received++
-		prog.add(1)
 	}
 	if err := <-sendErr; err != nil {
 		return nil, nil, exitWith(exitLoad, "sending to %s: %v", addr, err)
@@ -140,6 +151,10 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 	}
 	return outcomes, summary, nil
 }
+
+// streamBatch is how many items apply --server sends per DecideStream
+// message.
+const streamBatch = 32
 
 // parallelDo runs fn(0..n-1) on GOMAXPROCS goroutines.
 func parallelDo(n int, fn func(i int)) {

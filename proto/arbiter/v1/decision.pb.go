@@ -1536,16 +1536,22 @@ func (x *DecideBatchResponse) GetWhatIf() *WhatIfSummary {
 	return nil
 }
 
-// DecideStreamRequest is one message of a DecideStream call. min_revision
-// and what_if are read from the first message only.
+// DecideStreamRequest is one message of a DecideStream call. min_revision,
+// what_if and policy_reports are read from the first message only.
 type DecideStreamRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Item        *BatchItem             `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
 	MinRevision uint64                 `protobuf:"varint,2,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
 	WhatIf      *WhatIf                `protobuf:"bytes,3,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
-	// Read on the first message: answer each item with its PolicyReport (see
+	// Answer each item with its PolicyReport (see
 	// ItemResult.policy_report_json).
 	PolicyReports bool `protobuf:"varint,4,opt,name=policy_reports,json=policyReports,proto3" json:"policy_reports,omitempty"`
+	// Several items at once, in order, instead of item (at most 1,000 per
+	// message): fewer, larger messages cost less per item. A stream whose
+	// first message uses items is answered in messages of several items too
+	// (DecideStreamResponse.items), each with as many as are decided in order
+	// when it is sent.
+	Items         []*BatchItem `protobuf:"bytes,5,rep,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1608,16 +1614,26 @@ func (x *DecideStreamRequest) GetPolicyReports() bool {
 	return false
 }
 
+func (x *DecideStreamRequest) GetItems() []*BatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
 // DecideStreamResponse is the outcome of one item; the first response also
 // states the revision and digest of the whole stream. Under what_if, a last
 // message without an item carries the summary, once the client has closed
 // its side.
 type DecideStreamResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
-	Item          *ItemResult            `protobuf:"bytes,3,opt,name=item,proto3" json:"item,omitempty"`
-	WhatIf        *WhatIfSummary         `protobuf:"bytes,4,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Revision uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Digest   string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Item     *ItemResult            `protobuf:"bytes,3,opt,name=item,proto3" json:"item,omitempty"`
+	WhatIf   *WhatIfSummary         `protobuf:"bytes,4,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
+	// The outcomes of several items, in order, when the stream's first
+	// request used items.
+	Items         []*ItemResult `protobuf:"bytes,5,rep,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1676,6 +1692,13 @@ func (x *DecideStreamResponse) GetItem() *ItemResult {
 func (x *DecideStreamResponse) GetWhatIf() *WhatIfSummary {
 	if x != nil {
 		return x.WhatIf
+	}
+	return nil
+}
+
+func (x *DecideStreamResponse) GetItems() []*ItemResult {
+	if x != nil {
+		return x.Items
 	}
 	return nil
 }
@@ -1813,17 +1836,19 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12,\n" +
 	"\x05items\x18\x03 \x03(\v2\x16.arbiter.v1.ItemResultR\x05items\x122\n" +
-	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\xb7\x01\n" +
+	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\xe4\x01\n" +
 	"\x13DecideStreamRequest\x12)\n" +
 	"\x04item\x18\x01 \x01(\v2\x15.arbiter.v1.BatchItemR\x04item\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
 	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\x12%\n" +
-	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\"\xaa\x01\n" +
+	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\x12+\n" +
+	"\x05items\x18\x05 \x03(\v2\x15.arbiter.v1.BatchItemR\x05items\"\xd8\x01\n" +
 	"\x14DecideStreamResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12*\n" +
 	"\x04item\x18\x03 \x01(\v2\x16.arbiter.v1.ItemResultR\x04item\x122\n" +
-	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf*\x7f\n" +
+	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\x12,\n" +
+	"\x05items\x18\x05 \x03(\v2\x16.arbiter.v1.ItemResultR\x05items*\x7f\n" +
 	"\tOperation\x12\x19\n" +
 	"\x15OPERATION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OPERATION_CREATE\x10\x01\x12\x14\n" +
@@ -1911,20 +1936,22 @@ var file_arbiter_v1_decision_proto_depIdxs = []int32{
 	17, // 25: arbiter.v1.DecideBatchResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
 	11, // 26: arbiter.v1.DecideStreamRequest.item:type_name -> arbiter.v1.BatchItem
 	12, // 27: arbiter.v1.DecideStreamRequest.what_if:type_name -> arbiter.v1.WhatIf
-	15, // 28: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
-	17, // 29: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
-	5,  // 30: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
-	6,  // 31: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
-	13, // 32: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
-	19, // 33: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
-	9,  // 34: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
-	18, // 35: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
-	20, // 36: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
-	34, // [34:37] is the sub-list for method output_type
-	31, // [31:34] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	11, // 28: arbiter.v1.DecideStreamRequest.items:type_name -> arbiter.v1.BatchItem
+	15, // 29: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
+	17, // 30: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	15, // 31: arbiter.v1.DecideStreamResponse.items:type_name -> arbiter.v1.ItemResult
+	5,  // 32: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
+	6,  // 33: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
+	13, // 34: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
+	19, // 35: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
+	9,  // 36: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
+	18, // 37: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
+	20, // 38: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
+	36, // [36:39] is the sub-list for method output_type
+	33, // [33:36] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_v1_decision_proto_init() }

@@ -32,7 +32,11 @@ func transcodeYAMLFast(dst, data []byte) ([]byte, Head, bool) {
 	if !t.mapping(t.lines[0].indent, levelTop) || t.pos != len(t.lines) {
 		return dst, Head{}, false
 	}
-	return t.dst, t.head, true
+	// The head's strings are slices of the parser's copy of the document:
+	// clone them, so that the copy is not kept with the head.
+	h := Head{APIVersion: strings.Clone(t.head.APIVersion), Kind: strings.Clone(t.head.Kind),
+		Name: strings.Clone(t.head.Name), Namespace: strings.Clone(t.head.Namespace)}
+	return t.dst, h, true
 }
 
 // The levels of a mapping whose string values go to the head.

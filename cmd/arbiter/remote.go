@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/engine"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -105,16 +107,31 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 	var summary *arbiterv1.WhatIfSummary
 	received := 0
 	seen := make([]bool, n)
+	// With the server's reports, each answer is decoded in place, its
+	// report written, and the message's buffer reused: nothing of it is
+	// kept. Otherwise answers are decoded into their own memory (the
+	// workers finish them later).
+	var raw arbiterv1.RawMessage
+	defer raw.Free()
 	for {
-		resp, err := stream.Recv()
+		err := stream.RecvMsg(&raw)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, nil, exitWith(exitLoad, "deciding on %s: %s", addr, client.Describe(err))
 		}
+		resp := &arbiterv1.DecideStreamResponse{}
+		if fin.json != nil {
+			err = resp.UnmarshalVTUnsafe(raw.Bytes())
+		} else {
+			err = resp.UnmarshalVT(raw.Bytes())
+		}
+		if err != nil {
+			return nil, nil, exitWith(exitLoad, "deciding on %s: %v", addr, err)
+		}
 		if resp.GetWhatIf() != nil {
-			summary = resp.GetWhatIf()
+			summary = proto.CloneOf(resp.GetWhatIf())
 			continue
 		}
 		answers := resp.GetItems()
@@ -136,6 +153,11 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 			if js := it.GetPolicyReportJson(); js != nil && fin.json != nil {
 				fin.finishReport(i, &outcomes[i], js, it.GetReportSummary())
 				continue
+			}
+			if fin.json != nil {
+				// Decoded in place, but without a report (a server that
+				// does not make them): the workers get a copy.
+				outcomes[i].decision = proto.CloneOf(it.GetDecision())
 			}
 			finished <- i
 		}

@@ -64,15 +64,44 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
+// RawMessage is a received message left encoded, in a pooled buffer: the
+// receiver decodes it (UnmarshalVTUnsafe may alias the buffer) and calls
+// Free once nothing of it is used any more. Only ClientCodec fills it.
+type RawMessage struct {
+	buf mem.Buffer
+}
+
+// Bytes returns the encoded message.
+func (r *RawMessage) Bytes() []byte {
+	if r.buf == nil {
+		return nil
+	}
+	return r.buf.ReadOnlyData()
+}
+
+// Free returns the buffer to its pool; Bytes and what aliases it must not
+// be used after.
+func (r *RawMessage) Free() {
+	if r.buf != nil {
+		r.buf.Free()
+		r.buf = nil
+	}
+}
+
 // Unmarshal implements encoding.CodecV2.
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*RawMessage); ok && c.vtDecode {
+		r.Free()
+		r.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		return nil
+	}
 	m, ok := v.(vtMessage)
 	if !c.vtDecode || !ok {
 		return standard().Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	// UnmarshalVT copies strings and bytes out of buf (the unsafe
-	// variant, which aliases them, is not generated).
+	// UnmarshalVT copies strings and bytes out of buf (RawMessage is for
+	// receivers that decode with the aliasing UnmarshalVTUnsafe).
 	return m.UnmarshalVT(buf.ReadOnlyData())
 }

@@ -84,3 +84,33 @@ func TestServerCodecRefusesInvalidUTF8(t *testing.T) {
 		t.Fatalf("client codec: %v", err)
 	}
 }
+
+// TestRawMessage receives messages left encoded in a pooled buffer, decodes
+// them in place (aliasing the buffer), and reuses the buffer for the next.
+func TestRawMessage(t *testing.T) {
+	c := ClientCodec()
+	var raw RawMessage
+	defer raw.Free()
+	for _, n := range []int{1, 16, 2000, 3} {
+		want := &DecideStreamResponse{Items: []*ItemResult{{Index: uint32(n), Decision: sampleResponse(n), PolicyReportJson: []byte(strings.Repeat("{}", n))}}}
+		data, err := c.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Unmarshal(data, &raw); err != nil {
+			t.Fatal(err)
+		}
+		got := &DecideStreamResponse{}
+		if err := got.UnmarshalVTUnsafe(raw.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("%d results: decoded in place differs", n)
+		}
+	}
+	// The server codec does not fill raw messages (it validates what callers send).
+	data, _ := c.Marshal(sampleResponse(1))
+	if err := ServerCodec().Unmarshal(data, &RawMessage{}); err == nil {
+		t.Fatal("the server codec accepted a raw message")
+	}
+}

@@ -258,19 +258,18 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 		if err != nil {
 			return err
 		}
-		reqs := make([]*engine.Request, len(in.resources))
-		for i, res := range in.resources {
-			if reqs[i], err = requestFor(res, o.operation, mode); err != nil {
-				return err
-			}
+		if _, err := requestFor(&engine.Object{}, o.operation, mode); err != nil {
+			return err // an unknown --operation
 		}
 		ps, err := compile(in.objects, engine.Options{})
 		if err != nil {
 			return err
 		}
-		prog = newProgress(o.progress, len(reqs))
+		prog = newProgress(o.progress, len(in.resources))
 		start = time.Now()
-		outcomes = decideLocal(ctx, ps, in.resources, reqs, prog, fin)
+		if outcomes, err = decideLocal(ctx, ps, in.resources, o.operation, mode, prog, fin); err != nil {
+			return err
+		}
 	}
 	prog.done(time.Since(start))
 	if whatIf != nil {
@@ -314,16 +313,32 @@ func failed(outcomes []outcome, failOn string) bool {
 	return false
 }
 
-// decideLocal evaluates every request on the compiled set, in parallel.
-func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []*engine.Object, reqs []*engine.Request, prog *progress, fin *finisher) []outcome {
-	outcomes := make([]outcome, len(reqs))
-	parallelDo(len(reqs), func(i int) {
-		outcomes[i] = newOutcome(resources[i], reqs[i].Namespace)
-		outcomes[i].decision = server.ResponseFromDecision(ps.Evaluate(ctx, reqs[i]))
+// decideLocal evaluates every resource on the compiled set, in parallel,
+// decoding each as it goes.
+func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resourceDoc, operation string, mode engine.Mode, prog *progress, fin *finisher) ([]outcome, error) {
+	outcomes := make([]outcome, len(resources))
+	errs := make([]error, len(resources))
+	parallelDo(len(resources), func(i int) {
+		res, err := resources[i].decoded()
+		var req *engine.Request
+		if err == nil {
+			req, err = requestFor(res, operation, mode)
+		}
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		outcomes[i] = newOutcome(res, req.Namespace)
+		outcomes[i].decision = server.ResponseFromDecision(ps.Evaluate(ctx, req))
 		fin.finish(i, &outcomes[i])
 		prog.add(1)
 	})
-	return outcomes
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return outcomes, nil
 }
 
 func writeReports(out io.Writer, format string, reports []report.Report) error {

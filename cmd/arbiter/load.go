@@ -15,10 +15,27 @@ import (
 
 // inputs are the objects of a local evaluation.
 type inputs struct {
-	// objects are every object read (policies, exceptions, namespaces, resources).
+	// objects are the objects to compile: policies, exceptions, Namespaces,
+	// ValidatingAdmissionPolicy params and the rest of the policy objects.
 	objects []*engine.Object
-	// resources are the objects to evaluate.
-	resources []*engine.Object
+	// resources are the objects to evaluate, decoded one at a time as they
+	// are (plain YAML is kept as compact JSON until then).
+	resources []resourceDoc
+}
+
+// resourceDoc is a resource to evaluate: its document, and the object it
+// names (its identity, and its content when it was decoded already).
+type resourceDoc struct {
+	object *engine.Object
+	doc    *manifest.RawDocument
+}
+
+// decoded returns the resource with its content.
+func (r resourceDoc) decoded() (*engine.Object, error) {
+	if r.object.Content != nil {
+		return r.object, nil
+	}
+	return decodeDocument(r.doc)
 }
 
 // readObjects reads every manifest under paths.
@@ -33,45 +50,101 @@ func readObjects(paths ...string) ([]*engine.Object, error) {
 	return engine.FromDocuments(docs), nil
 }
 
+// readDocuments reads every manifest under paths, plain YAML as JSON (see
+// manifest.ReadPathsJSON).
+func readDocuments(paths []string) ([]*manifest.RawDocument, error) {
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	docs, err := manifest.ReadPathsJSON(os.Stdin, paths...)
+	if err != nil {
+		return nil, exitWith(exitLoad, "%v", err)
+	}
+	return docs, nil
+}
+
+// headObject is the object a document names, by its head: identity only.
+func headObject(d *manifest.RawDocument) *engine.Object {
+	return &engine.Object{APIVersion: d.Head.APIVersion, Kind: d.Head.Kind, Name: d.Head.Name, Namespace: d.Head.Namespace, Source: d.Source()}
+}
+
+// decodeDocument is the object of a document, with its content.
+func decodeDocument(d *manifest.RawDocument) (*engine.Object, error) {
+	content, err := d.Content()
+	if err != nil {
+		return nil, exitWith(exitLoad, "%s: %v", d.Source(), err)
+	}
+	return engine.NewObject(d.Source(), content), nil
+}
+
 // loadInputs reads policy paths (whose non-policy objects are resources),
-// explicit resource paths and exception paths.
+// explicit resource paths and exception paths. Resources are kept as read:
+// they are decoded when they are evaluated.
 func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) {
 	in := &inputs{}
-	objs, err := readObjects(paths...)
+	docs, err := readDocuments(paths)
 	if err != nil {
 		return nil, err
 	}
-	params := engine.ParamObjects(objs)
-	for _, o := range objs {
-		in.objects = append(in.objects, o)
-		if engine.Classify(o) == engine.ClassResource && !params[o] {
-			in.resources = append(in.resources, o)
+	// Policy objects are decoded now; resources are named by their head,
+	// and those that are ValidatingAdmissionPolicy params decoded.
+	objs := make([]*engine.Object, len(docs))
+	for i, d := range docs {
+		if objs[i] = headObject(d); engine.Classify(objs[i]) != engine.ClassResource {
+			if objs[i], err = decodeDocument(d); err != nil {
+				return nil, err
+			}
 		}
 	}
-	res, err := readObjects(resourcePaths...)
+	params := engine.ParamObjects(objs)
+	for i, o := range objs {
+		switch {
+		case engine.Classify(o) != engine.ClassResource:
+			in.objects = append(in.objects, o)
+		case params[o]:
+			full, err := decodeDocument(docs[i])
+			if err != nil {
+				return nil, err
+			}
+			in.objects = append(in.objects, full)
+		default:
+			in.resources = append(in.resources, resourceDoc{object: o, doc: docs[i]})
+		}
+	}
+	docs, err = readDocuments(resourcePaths)
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range res {
+	for _, d := range docs {
+		o := headObject(d)
 		switch engine.Classify(o) {
 		case engine.ClassResource:
-			in.resources = append(in.resources, o)
+			in.resources = append(in.resources, resourceDoc{object: o, doc: d})
 		case engine.ClassNamespace:
-			in.resources = append(in.resources, o)
-			in.objects = append(in.objects, o)
+			full, err := decodeDocument(d)
+			if err != nil {
+				return nil, err
+			}
+			in.resources = append(in.resources, resourceDoc{object: full, doc: d})
+			in.objects = append(in.objects, full)
 		default:
 			return nil, exitWith(exitLoad, "%s: %s is a policy object, not a resource", o.Source, o.Ref())
 		}
 	}
-	exc, err := readObjects(exceptionPaths...)
+	docs, err = readDocuments(exceptionPaths)
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range exc {
+	for _, d := range docs {
+		o := headObject(d)
 		if engine.Classify(o) != engine.ClassException {
 			return nil, exitWith(exitLoad, "%s: %s is not a PolicyException", o.Source, o.Ref())
 		}
-		in.objects = append(in.objects, o)
+		full, err := decodeDocument(d)
+		if err != nil {
+			return nil, err
+		}
+		in.objects = append(in.objects, full)
 	}
 	return in, nil
 }
@@ -159,8 +232,8 @@ type remoteResource struct {
 // policies are the server's: try them with --candidate).
 func loadRemoteInputs(paths, resourcePaths, exceptionPaths []string, operation string, mode engine.Mode) (*remoteInputs, error) {
 	in := &remoteInputs{namespaces: map[string]*structpb.Struct{}}
-	addNamespace := func(o *engine.Object, js []byte) error {
-		content, err := manifest.DecodeJSON(js)
+	addNamespace := func(o *engine.Object, d *manifest.RawDocument) error {
+		content, err := d.Content()
 		if err == nil {
 			var st *structpb.Struct
 			if st, err = structpb.NewStruct(content); err == nil {
@@ -170,7 +243,11 @@ func loadRemoteInputs(paths, resourcePaths, exceptionPaths []string, operation s
 		}
 		return exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
 	}
-	addResource := func(o *engine.Object, js []byte) error {
+	addResource := func(o *engine.Object, d *manifest.RawDocument) error {
+		js, err := d.Encoded()
+		if err != nil {
+			return exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
+		}
 		// requestFor needs only the identity of the object: the head.
 		req, err := requestFor(&engine.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
 			Content: map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "metadata": map[string]any{"name": o.Name, "namespace": o.Namespace}}},
@@ -193,30 +270,30 @@ func loadRemoteInputs(paths, resourcePaths, exceptionPaths []string, operation s
 	}
 	for _, set := range []struct {
 		paths []string
-		add   func(o *engine.Object, js []byte) error
+		add   func(o *engine.Object, d *manifest.RawDocument) error
 	}{
-		{paths, func(o *engine.Object, js []byte) error {
+		{paths, func(o *engine.Object, d *manifest.RawDocument) error {
 			switch engine.Classify(o) {
 			case engine.ClassResource:
-				return addResource(o, js)
+				return addResource(o, d)
 			case engine.ClassNamespace:
-				return addNamespace(o, js)
+				return addNamespace(o, d)
 			}
 			return policyObject(o)
 		}},
-		{resourcePaths, func(o *engine.Object, js []byte) error {
+		{resourcePaths, func(o *engine.Object, d *manifest.RawDocument) error {
 			switch engine.Classify(o) {
 			case engine.ClassResource:
-				return addResource(o, js)
+				return addResource(o, d)
 			case engine.ClassNamespace:
-				if err := addNamespace(o, js); err != nil {
+				if err := addNamespace(o, d); err != nil {
 					return err
 				}
-				return addResource(o, js)
+				return addResource(o, d)
 			}
 			return exitWith(exitLoad, "%s: %s is a policy object, not a resource", o.Source, o.Ref())
 		}},
-		{exceptionPaths, func(o *engine.Object, js []byte) error {
+		{exceptionPaths, func(o *engine.Object, d *manifest.RawDocument) error {
 			if engine.Classify(o) != engine.ClassException {
 				return exitWith(exitLoad, "%s: %s is not a PolicyException", o.Source, o.Ref())
 			}
@@ -226,13 +303,12 @@ func loadRemoteInputs(paths, resourcePaths, exceptionPaths []string, operation s
 		if len(set.paths) == 0 {
 			continue
 		}
-		docs, err := manifest.ReadPathsJSON(os.Stdin, set.paths...)
+		docs, err := readDocuments(set.paths)
 		if err != nil {
-			return nil, exitWith(exitLoad, "%v", err)
+			return nil, err
 		}
 		for _, d := range docs {
-			o := &engine.Object{APIVersion: d.Head.APIVersion, Kind: d.Head.Kind, Name: d.Head.Name, Namespace: d.Head.Namespace, Source: d.Source()}
-			if err := set.add(o, d.JSON); err != nil {
+			if err := set.add(headObject(d), d); err != nil {
 				return nil, err
 			}
 		}

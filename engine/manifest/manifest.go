@@ -231,13 +231,33 @@ func parallelFor(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-// RawDocument is a document as JSON, with its head: for callers that pass
-// documents on rather than look into them.
+// RawDocument is a document with its head, kept as JSON when it is plain
+// YAML (transcoded without building its data: compact, for callers that
+// pass documents on or decode them one at a time), as data otherwise.
+// Exactly one of JSON and Object is set.
 type RawDocument struct {
-	File  string
-	Index int
-	Head  Head
-	JSON  []byte
+	File   string
+	Index  int
+	Head   Head
+	JSON   []byte
+	Object map[string]any
+}
+
+// Content returns the document as data: Object, or JSON decoded (the data
+// Parse gives).
+func (d *RawDocument) Content() (map[string]any, error) {
+	if d.Object != nil {
+		return d.Object, nil
+	}
+	return DecodeJSON(d.JSON)
+}
+
+// Encoded returns the document as JSON: JSON, or Object encoded.
+func (d *RawDocument) Encoded() ([]byte, error) {
+	if d.JSON != nil {
+		return d.JSON, nil
+	}
+	return jsonenc.AppendValue(nil, d.Object)
 }
 
 // Source names the document for messages, as Document.Source does.
@@ -245,9 +265,9 @@ func (d *RawDocument) Source() string {
 	return (&Document{File: d.File, Index: d.Index}).Source()
 }
 
-// ReadPathsJSON reads every document under paths as ReadPaths does, as
-// JSON. Plain YAML manifests are transcoded without building their data
-// (see transcodeYAMLFast); the rest is decoded, then encoded.
+// ReadPathsJSON reads every document under paths as ReadPaths does, plain
+// YAML manifests as JSON, transcoded without building their data (see
+// transcodeYAMLFast), the rest as data.
 func ReadPathsJSON(stdin io.Reader, paths ...string) ([]*RawDocument, error) {
 	files, err := Files(paths...)
 	if err != nil {
@@ -268,8 +288,8 @@ func ReadPathsJSON(stdin io.Reader, paths ...string) ([]*RawDocument, error) {
 	return docs, nil
 }
 
-// ParseJSON is Parse giving each document as JSON (encoding/json's bytes
-// for decoded documents; the document's key order for transcoded ones).
+// ParseJSON is Parse giving plain YAML documents as JSON (see
+// ReadPathsJSON).
 func ParseJSON(file string, data []byte) ([]*RawDocument, error) {
 	raws, index, err := splitDocuments(data)
 	if err != nil {
@@ -312,11 +332,7 @@ func parseJSONDocument(file string, index int, raw []byte) ([]*RawDocument, erro
 	}
 	docs := make([]*RawDocument, len(objs))
 	for j, o := range objs {
-		js, err := jsonenc.AppendValue(nil, o)
-		if err != nil {
-			return nil, &Error{File: file, Index: index, Err: err}
-		}
-		docs[j] = &RawDocument{File: file, Index: index, Head: headOf(o), JSON: js}
+		docs[j] = &RawDocument{File: file, Index: index, Head: headOf(o), Object: o}
 	}
 	return docs, nil
 }

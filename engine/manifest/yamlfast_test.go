@@ -167,12 +167,22 @@ func TestParseJSONSameAsParse(t *testing.T) {
 			t.Fatalf("%q: %d documents, Parse %d", in, len(got), len(want))
 		}
 		for i := range got {
-			obj, err := DecodeJSON(got[i].JSON)
+			if (got[i].JSON == nil) == (got[i].Object == nil) {
+				t.Fatalf("%q #%d: JSON %q and Object %v: want exactly one", in, i, got[i].JSON, got[i].Object)
+			}
+			obj, err := got[i].Content()
 			if err != nil {
 				t.Fatalf("%q #%d: %v", in, i, err)
 			}
 			if !reflect.DeepEqual(obj, want[i].Object) || got[i].Source() != want[i].Source() || got[i].Head != headOf(want[i].Object) {
 				t.Errorf("%q #%d: got %s %s %+v, want %#v %s", in, i, got[i].JSON, got[i].Source(), got[i].Head, want[i].Object, want[i].Source())
+			}
+			js, err := got[i].Encoded()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back, err := DecodeJSON(js); err != nil || back["kind"] != want[i].Object["kind"] {
+				t.Errorf("%q #%d: encoded %s: %v", in, i, js, err)
 			}
 		}
 	}

@@ -118,7 +118,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 	}
 	if reports {
 		rep := ReportOf(req, out.Decision.GetResults())
-		out.PolicyReportJson = rep.AppendJSON((*reportBuffers.Get().(*[]byte))[:0], "")
+		out.PolicyReportJson = rep.AppendJSONCached((*reportBuffers.Get().(*[]byte))[:0], "", &snap.reports)
 		out.ReportSummary = &arbiterv1.ReportSummary{Pass: uint32(rep.Summary.Pass), Fail: uint32(rep.Summary.Fail),
 			Warn: uint32(rep.Summary.Warn), Error: uint32(rep.Summary.Error), Skip: uint32(rep.Summary.Skip)}
 		out.Decision.Results = nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/report"
 	"github.com/arbiter-pdp/arbiter/store"
 )
 
@@ -23,6 +24,9 @@ type Snapshot struct {
 	objects *objectSet
 	// next is closed when a newer snapshot replaces this one.
 	next chan struct{}
+	// reports remembers the JSON of report results made at this revision
+	// (DecideStream and DecideBatch policy_reports).
+	reports report.ResultCache
 }
 
 // Objects returns the number of stored objects.

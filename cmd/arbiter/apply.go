@@ -118,6 +118,8 @@ const formatWhatIf = "what-if"
 type finisher struct {
 	format string
 	json   *jsonArrayWriter
+	// results remembers the JSON of report results (-o json).
+	results report.ResultCache
 }
 
 // newFinisher finishes outcomes for format (or formatWhatIf), writing -o
@@ -133,10 +135,10 @@ func newFinisher(out io.Writer, format string) *finisher {
 // finish finishes outcome i.
 func (f *finisher) finish(i int, oc *outcome) {
 	if f.json == nil {
-		oc.finish(f.format, nil)
+		oc.finish(f.format, nil, nil)
 		return
 	}
-	f.json.put(i, oc.finish(f.format, f.json.buffer()))
+	f.json.put(i, oc.finish(f.format, f.json.buffer(), &f.results))
 }
 
 // finishReport finishes outcome i, answered by the server with its
@@ -165,8 +167,9 @@ func appendIndented(dst, js []byte, prefix string) []byte {
 }
 
 // finish makes what format needs of the outcome's decision and drops the
-// rest: its report, or (-o json) its report's JSON appended to buf.
-func (oc *outcome) finish(format string, buf []byte) []byte {
+// rest: its report, or (-o json) its report's JSON appended to buf (results
+// seen before taken from cache).
+func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) []byte {
 	oc.denied = !oc.decision.GetAllowed()
 	for _, r := range oc.decision.GetResults() {
 		switch r.GetResult() {
@@ -187,7 +190,7 @@ func (oc *outcome) finish(format string, buf []byte) []byte {
 		engine.IsNamespaced(gvk.GroupKind()), server.ReportResults(oc.decision.GetResults()))
 	oc.decision, oc.candidate = nil, nil
 	if format == "json" {
-		return rep.AppendJSON(buf, "  ")
+		return rep.AppendJSONCached(buf, "  ", cache)
 	}
 	oc.report = rep
 	return nil

@@ -1,8 +1,11 @@
 package report
 
 import (
+	"bytes"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 )
@@ -12,6 +15,58 @@ import (
 // the same bytes, without reflection — batch output of many reports spends
 // most of its time there otherwise. TestAppendJSONMatchesEncoding checks it.
 func (r *Report) AppendJSON(b []byte, prefix string) []byte {
+	return r.AppendJSONCached(b, prefix, nil)
+}
+
+// ResultCache remembers the JSON of report results, for runs that encode
+// the same results again and again (a batch of similar manifests: most of
+// a report's bytes are its results, and most results repeat from one
+// manifest to the next). It holds at most maxCachedResults results and is
+// safe for concurrent use.
+type ResultCache struct {
+	m sync.Map // resultKey → []byte
+	n atomic.Int32
+}
+
+const (
+	maxCachedResults = 4096
+	// Results with longer messages, or more properties, are not cached.
+	maxCachedMessage    = 1024
+	maxCachedProperties = 3
+)
+
+// resultKey is everything a result's JSON depends on.
+type resultKey struct {
+	prefix                                                 string
+	policy, rule, result, message, source, category, sever string
+	scored                                                 bool
+	nprops                                                 int
+	props                                                  [maxCachedProperties][2]string
+}
+
+func cacheKey(prefix string, res *Result) (resultKey, bool) {
+	if len(res.Properties) > maxCachedProperties || len(res.Message) > maxCachedMessage {
+		return resultKey{}, false
+	}
+	k := resultKey{prefix: prefix, policy: res.Policy, rule: res.Rule, result: res.Result, message: res.Message,
+		source: res.Source, category: res.Category, sever: res.Severity, scored: res.Scored, nprops: len(res.Properties)}
+	i := 0
+	for pk, pv := range res.Properties {
+		k.props[i] = [2]string{pk, pv}
+		i++
+	}
+	// Sorted, so that equal maps make equal keys.
+	for a := 1; a < i; a++ {
+		for b := a; b > 0 && k.props[b][0] < k.props[b-1][0]; b-- {
+			k.props[b], k.props[b-1] = k.props[b-1], k.props[b]
+		}
+	}
+	return k, true
+}
+
+// AppendJSONCached is AppendJSON taking the JSON of results seen before
+// from cache (nil: none), and adding the others to it.
+func (r *Report) AppendJSONCached(b []byte, prefix string, cache *ResultCache) []byte {
 	w := jsonWriter{b: b, prefix: prefix}
 	w.open('{')
 	w.key("apiVersion")
@@ -57,36 +112,23 @@ func (r *Report) AppendJSON(b []byte, prefix string) []byte {
 		for i := range r.Results {
 			res := &r.Results[i]
 			w.elem()
-			w.open('{')
-			w.key("policy")
-			w.str(res.Policy)
-			w.key("rule")
-			w.str(res.Rule)
-			w.key("result")
-			w.str(res.Result)
-			if res.Message != "" {
-				w.key("message")
-				w.str(res.Message)
+			var key resultKey
+			cacheable := false
+			if cache != nil {
+				if key, cacheable = cacheKey(prefix, res); cacheable {
+					if js, ok := cache.m.Load(key); ok {
+						w.b = append(w.b, js.([]byte)...)
+						continue
+					}
+				}
 			}
-			if len(res.Properties) > 0 {
-				w.key("properties")
-				w.strMap(res.Properties)
+			start := len(w.b)
+			w.result(res)
+			if cacheable && cache.n.Load() < maxCachedResults {
+				if _, loaded := cache.m.LoadOrStore(key, bytes.Clone(w.b[start:])); !loaded {
+					cache.n.Add(1)
+				}
 			}
-			if res.Source != "" {
-				w.key("source")
-				w.str(res.Source)
-			}
-			w.key("scored")
-			w.b = strconv.AppendBool(w.b, res.Scored)
-			if res.Category != "" {
-				w.key("category")
-				w.str(res.Category)
-			}
-			if res.Severity != "" {
-				w.key("severity")
-				w.str(res.Severity)
-			}
-			w.close('}')
 		}
 		w.close(']')
 	}
@@ -102,6 +144,40 @@ func (r *Report) AppendJSON(b []byte, prefix string) []byte {
 	w.close('}')
 	w.close('}')
 	return w.b
+}
+
+// result writes one result, at the depth of the results' array elements.
+func (w *jsonWriter) result(res *Result) {
+	w.open('{')
+	w.key("policy")
+	w.str(res.Policy)
+	w.key("rule")
+	w.str(res.Rule)
+	w.key("result")
+	w.str(res.Result)
+	if res.Message != "" {
+		w.key("message")
+		w.str(res.Message)
+	}
+	if len(res.Properties) > 0 {
+		w.key("properties")
+		w.strMap(res.Properties)
+	}
+	if res.Source != "" {
+		w.key("source")
+		w.str(res.Source)
+	}
+	w.key("scored")
+	w.b = strconv.AppendBool(w.b, res.Scored)
+	if res.Category != "" {
+		w.key("category")
+		w.str(res.Category)
+	}
+	if res.Severity != "" {
+		w.key("severity")
+		w.str(res.Severity)
+	}
+	w.close('}')
 }
 
 // jsonWriter writes indented JSON: after open, each key or elem starts a

@@ -35,6 +35,7 @@ func TestAppendJSONMatchesEncoding(t *testing.T) {
 		}
 		return m
 	}
+	cache := &ResultCache{}
 	for i := range 2000 {
 		r := Report{APIVersion: s(), Kind: s(), Metadata: Metadata{Name: s(), Namespace: s(), Labels: strMap()}}
 		if rng.IntN(2) == 0 {
@@ -65,6 +66,13 @@ func TestAppendJSONMatchesEncoding(t *testing.T) {
 		if w := bytes.TrimSuffix(want.Bytes(), []byte("\n")); !bytes.Equal(got, w) {
 			t.Fatalf("report %d: AppendJSON\n%s\nencoding/json\n%s", i, got, w)
 		}
+		// With the cache shared by every report (past its bound after a
+		// while), twice: results written, then taken from the cache.
+		for range 2 {
+			if cached := r.AppendJSONCached(nil, prefix, cache); !bytes.Equal(cached, got) {
+				t.Fatalf("report %d: AppendJSONCached\n%s\nAppendJSON\n%s", i, cached, got)
+			}
+		}
 	}
 }
 
@@ -75,10 +83,20 @@ func BenchmarkAppendJSON(b *testing.B) {
 			Properties: map[string]string{"process": "background scan"}, Source: "KyvernoValidatingPolicy", Scored: true,
 			Category: "Pod Security Standards (Baseline) in ValidatingPolicy", Severity: "medium"})
 	}
-	b.ReportAllocs()
 	buf := make([]byte, 0, 16<<10)
-	for b.Loop() {
-		buf = r.AppendJSON(buf[:0], "  ")
-	}
-	b.SetBytes(int64(len(buf)))
+	b.Run("uncached", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf = r.AppendJSON(buf[:0], "  ")
+		}
+		b.SetBytes(int64(len(buf)))
+	})
+	b.Run("cached", func(b *testing.B) {
+		cache := &ResultCache{}
+		b.ReportAllocs()
+		for b.Loop() {
+			buf = r.AppendJSONCached(buf[:0], "  ", cache)
+		}
+		b.SetBytes(int64(len(buf)))
+	})
 }

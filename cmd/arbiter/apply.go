@@ -63,7 +63,9 @@ decided with and without them, and the difference is printed ("would now deny
 3 manifests").
 
 Output: a table, PolicyReports (-o json | yaml, one per resource), or JUnit XML
-(-o junit) for CI systems.
+(-o junit) for CI systems. -o json is written as the reports are made (a run
+of 10,000 manifests needs no memory for all of them): when a run fails after it
+has begun (exit status 2), that output is cut short.
 
 Exit status: 0, or 1 when a request would be denied (a Deny policy fails) —
 with --fail-on fail, when any result is fail or error; with --fail-on warn, when

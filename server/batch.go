@@ -292,11 +292,16 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 		var index uint32
 		for {
 			items := msg.GetItems()
-			if !batched {
-				items = []*arbiterv1.BatchItem{msg.GetItem()}
-			} else if len(items) > MaxBatchItems {
+			switch {
+			case len(items) > MaxBatchItems:
 				recvErr <- toStatus(&FieldError{Field: "items", Detail: fmt.Sprintf("%d items in one message: at most %d", len(items), MaxBatchItems)})
 				return
+			case len(items) > 0 && msg.GetItem() != nil:
+				recvErr <- toStatus(&FieldError{Field: "item", Detail: "a message carries item or items, not both"})
+				return
+			case len(items) == 0 && (msg.GetItem() != nil || !batched):
+				// One item (without one, an item that gets its own error).
+				items = []*arbiterv1.BatchItem{msg.GetItem()}
 			}
 			for _, item := range items {
 				sl := slot{done: make(chan *arbiterv1.ItemResult, 1)}

@@ -188,7 +188,12 @@ func decideStream(t *testing.T, ts *testServer, n int, batched bool) uint64 {
 	go func() {
 		for i := 0; i < n; {
 			msg := &arbiterv1.DecideStreamRequest{}
-			if batched {
+			if batched && i > 0 && i%37 == 0 {
+				// A later message may still carry a single item (the first
+				// decides how the stream is answered).
+				msg.Item = item(i)
+				i++
+			} else if batched {
 				for k := 0; k < 1+i%37 && i < n; k++ {
 					msg.Items = append(msg.Items, item(i))
 					i++
@@ -255,30 +260,46 @@ func decideStream(t *testing.T, ts *testServer, n int, batched bool) uint64 {
 	return revision
 }
 
-// A message of more than 1,000 items ends the stream with INVALID_ARGUMENT.
-func TestDecideStreamRefusesOversizedMessage(t *testing.T) {
+// A message of more than 1,000 items, or with both item and items, ends
+// the stream with INVALID_ARGUMENT naming the field.
+func TestDecideStreamRefusesBadMessages(t *testing.T) {
 	ts := startServer(t, server.Config{})
-	stream, err := ts.c.Decision.DecideStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := &arbiterv1.DecideStreamRequest{}
+	oversized := &arbiterv1.DecideStreamRequest{}
 	for i := 0; i <= server.MaxBatchItems; i++ {
-		msg.Items = append(msg.Items, &arbiterv1.BatchItem{Request: podRequest("p", "a", false)})
+		oversized.Items = append(oversized.Items, &arbiterv1.BatchItem{Request: podRequest("p", "a", false)})
 	}
-	if err := stream.Send(msg); err != nil {
-		t.Fatal(err)
-	}
-	stream.CloseSend()
-	for {
-		_, err := stream.Recv()
-		if err == nil {
-			continue
-		}
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "items") {
-			t.Fatalf("oversized message: %v", err)
-		}
-		return
+	both := &arbiterv1.DecideStreamRequest{Item: &arbiterv1.BatchItem{Request: podRequest("p", "a", false)},
+		Items: []*arbiterv1.BatchItem{{Request: podRequest("q", "a", false)}}}
+	for _, c := range []struct {
+		name  string
+		msgs  []*arbiterv1.DecideStreamRequest
+		field string
+	}{
+		{"oversized first", []*arbiterv1.DecideStreamRequest{oversized}, "items"},
+		{"both later", []*arbiterv1.DecideStreamRequest{{Items: both.Items}, both}, "item"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stream, err := ts.c.Decision.DecideStream(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range c.msgs {
+				if err := stream.Send(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stream.CloseSend()
+			for {
+				_, err := stream.Recv()
+				if err == nil {
+					continue
+				}
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.field+":") {
+					t.Fatalf("got %v, want INVALID_ARGUMENT on %s", err, c.field)
+				}
+				return
+			}
+		})
 	}
 }
 

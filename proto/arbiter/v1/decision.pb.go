@@ -1546,8 +1546,9 @@ type DecideStreamRequest struct {
 	// Answer each item with its PolicyReport (see
 	// ItemResult.policy_report_json).
 	PolicyReports bool `protobuf:"varint,4,opt,name=policy_reports,json=policyReports,proto3" json:"policy_reports,omitempty"`
-	// Several items at once, in order, instead of item (at most 1,000 per
-	// message): fewer, larger messages cost less per item. A stream whose
+	// Several items at once, in order, instead of item (a message carries
+	// one or the other; at most 1,000 items): fewer, larger messages cost
+	// less per item. A stream whose
 	// first message uses items is answered in messages of several items too
 	// (DecideStreamResponse.items), each with as many as are decided in order
 	// when it is sent.

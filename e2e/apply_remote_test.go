@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"encoding/xml"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -88,5 +89,22 @@ func TestApplyAgainstServer(t *testing.T) {
 	_, errOut, code = run(t, "apply", "--server", primary.addr, filepath.Join(dir, "policy.yaml"), pods[0])
 	if code != 2 || !strings.Contains(errOut, "--candidate") {
 		t.Fatalf("policy input with --server: exit %d %s", code, errOut)
+	}
+
+	// An item the server refuses ends the run with exit 2 naming it; the
+	// -o json written so far (the reports before it) is cut short there.
+	strict := startPrimary(t, "--load", "../deploy/examples/pod-security", "--max-object-bytes", "1500")
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	bigPod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: big\n  namespace: default\n  annotations:\n    note: " + strings.Repeat("x", 2000) + "\nspec:\n  containers:\n  - name: c\n    image: x\n"
+	if err := os.WriteFile(big, []byte(bigPod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = run(t, "apply", "--server", strict.addr, "-o", "json", compliant, big, compliant)
+	if code != 2 || !strings.Contains(errOut, "big.yaml: Pod default/big: ") || !strings.Contains(errOut, "1500") {
+		t.Fatalf("refused item: exit %d\n%s", code, errOut)
+	}
+	full, _, _ := run(t, "apply", "--server", primary.addr, "-o", "json", compliant)
+	if !strings.HasPrefix(full, out) || strings.HasSuffix(strings.TrimSpace(out), "]") {
+		t.Fatalf("refused item: output is not the reports before it, cut short:\n%s", out)
 	}
 }

@@ -145,7 +145,7 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 			}
 			seen[i] = true
 			if e := it.GetError(); e != nil {
-				return nil, nil, exitWith(exitLoad, "%s: %s", refs[i], e.GetMessage())
+				return nil, nil, exitWith(exitLoad, "%s: %s: %s", in.resources[i].object.Source, refs[i], e.GetMessage())
 			}
 			outcomes[i].decision, outcomes[i].candidate, outcomes[i].changed = it.GetDecision(), it.GetCandidateDecision(), it.GetChanged()
 			received++

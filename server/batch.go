@@ -108,7 +108,12 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 	}
 	req.CostBudget = s.cfg.Limits.MaxDecisionCost
 	d := snap.Set.Evaluate(ctx, req)
-	out.Decision = ResponseFromDecision(d)
+	if reports && cand == nil {
+		// The report holds the results: the decision is only the verdict.
+		out.Decision = verdictFromDecision(d)
+	} else {
+		out.Decision = ResponseFromDecision(d)
+	}
 	out.Decision.DecisionId = newDecisionID()
 	s.observeDecision(ctx, snap, req, d, out.Decision, start)
 	if cand != nil {
@@ -117,7 +122,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		out.Changed = out.Decision.GetAllowed() != out.CandidateDecision.GetAllowed() || !sameResults(out.Decision, out.CandidateDecision)
 	}
 	if reports {
-		rep := ReportOf(req, out.Decision.GetResults())
+		rep := reportOf(req, d)
 		out.PolicyReportJson = rep.AppendJSONCached((*reportBuffers.Get().(*[]byte))[:0], "", &snap.reports)
 		out.ReportSummary = &arbiterv1.ReportSummary{Pass: uint32(rep.Summary.Pass), Fail: uint32(rep.Summary.Fail),
 			Warn: uint32(rep.Summary.Warn), Error: uint32(rep.Summary.Error), Skip: uint32(rep.Summary.Skip)}

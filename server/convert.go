@@ -153,12 +153,8 @@ func fieldError(field, detail string) error { return &FieldError{Field: field, D
 
 // ResponseFromDecision converts an engine decision to a DecideResponse.
 func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
-	resp := &arbiterv1.DecideResponse{
-		Allowed:          d.Allowed,
-		Warnings:         d.Warnings,
-		AuditAnnotations: d.AuditAnnotations,
-		Results:          make([]*arbiterv1.PolicyResult, len(d.Results)),
-	}
+	resp := verdictFromDecision(d)
+	resp.Results = make([]*arbiterv1.PolicyResult, len(d.Results))
 	for i := range d.Results {
 		r := &d.Results[i]
 		resp.Results[i] = &arbiterv1.PolicyResult{
@@ -175,6 +171,17 @@ func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 			Category:   r.Category,
 			Severity:   r.Severity,
 		}
+	}
+	return resp
+}
+
+// verdictFromDecision is the DecideResponse of a decision without its
+// results.
+func verdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
+	resp := &arbiterv1.DecideResponse{
+		Allowed:          d.Allowed,
+		Warnings:         d.Warnings,
+		AuditAnnotations: d.AuditAnnotations,
 	}
 	if !d.Allowed {
 		code := d.Code

@@ -6,11 +6,18 @@ import (
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
-// ReportOf is the PolicyReport of a decision's results for the request's
-// object, as `arbiter apply` writes it.
-func ReportOf(req *engine.Request, results []*arbiterv1.PolicyResult) report.Report {
+// reportOf is the PolicyReport of a decision for the request's object, as
+// `arbiter apply` writes it (from the decision's results as
+// ResponseFromDecision gives them and ReportResults converts them).
+func reportOf(req *engine.Request, d *engine.Decision) report.Report {
+	results := make([]report.Result, len(d.Results))
+	for i := range d.Results {
+		r := &d.Results[i]
+		results[i] = report.Result{Policy: r.Policy, Rule: r.Rule, Result: r.Result, Message: r.Message, Properties: r.Properties,
+			Source: r.Source, Scored: r.Scored, Category: r.Category, Severity: r.Severity}
+	}
 	return report.New(req.Kind.GroupVersion().String(), req.Kind.Kind, req.Namespace, req.Name,
-		engine.IsNamespaced(req.Kind.GroupKind()), ReportResults(results))
+		engine.IsNamespaced(req.Kind.GroupKind()), results)
 }
 
 // ReportResults converts decision results to PolicyReport results.

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -141,6 +142,41 @@ func TestDecodeYAMLFastOnRealManifests(t *testing.T) {
 		}
 		if _, ok := decodeYAMLFast(data); !ok {
 			t.Errorf("%s: the fast path declined it", f)
+		}
+	}
+}
+
+// TestPlainText compares plainText with the byte-by-byte rule on every
+// byte value at every position of a word, and on random text.
+func TestPlainText(t *testing.T) {
+	naive := func(data []byte) bool {
+		for _, c := range data {
+			if c >= 0x80 || c < 0x20 && c != '\n' || c == 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	base := []byte("apiVersion: v1\nkind: Pod\n  name: x\n")
+	for c := range 256 {
+		for pos := range len(base) {
+			data := bytes.Clone(base)
+			data[pos] = byte(c)
+			for _, d := range [][]byte{data, data[1:], data[:pos+1]} {
+				if got, want := plainText(d), naive(d); got != want {
+					t.Fatalf("%q: plainText %v, want %v", d, got, want)
+				}
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		d := make([]byte, rng.IntN(40))
+		for i := range d {
+			d[i] = byte(0x09 + rng.IntN(0x78))
+		}
+		if got, want := plainText(d), naive(d); got != want {
+			t.Fatalf("%q: plainText %v, want %v", d, got, want)
 		}
 	}
 }

@@ -58,7 +58,7 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 		defer close(sendErr)
 		// Items go in messages of streamBatch (fewer, larger messages cost
 		// less per item); the answers come the same way.
-		for start := 0; start < n || start == 0; start += streamBatch {
+		for start := 0; start < n; start += streamBatch {
 			msg := &arbiterv1.DecideStreamRequest{}
 			for i := start; i < min(start+streamBatch, n); i++ {
 				pr := in.resources[i].request
@@ -71,9 +71,6 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 				// -o json: the server makes the reports (cheaper than
 				// sending every result to make them here).
 				msg.PolicyReports = fin.json != nil
-			}
-			if n == 0 {
-				break // nothing to send: the server answers nothing
 			}
 			if err := stream.Send(msg); err != nil {
 				if errors.Is(err, io.EOF) {

@@ -489,34 +489,6 @@ func levelFor(c, s uint64) int {
 	return -1
 }
 
-// maxSizes returns the most entries of a list or map in JSON-shaped data,
-// and the longest string, list or map.
-func maxSizes(v any) (c, s uint64) {
-	switch t := v.(type) {
-	case string:
-		return 0, uint64(len(t))
-	case map[string]any:
-		c = uint64(len(t))
-		s = c
-		for k, e := range t {
-			ec, es := maxSizes(e)
-			c = max(c, ec)
-			s = max(s, uint64(len(k)), es)
-		}
-		return c, s
-	case []any:
-		c = uint64(len(t))
-		s = c
-		for _, e := range t {
-			ec, es := maxSizes(e)
-			c = max(c, ec)
-			s = max(s, es)
-		}
-		return c, s
-	}
-	return 0, 0
-}
-
 func hasComprehension(ast *cel.Ast) bool {
 	found := false
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {

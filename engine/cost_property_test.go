@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 )
 
 // heavyPolicies are comprehension-heavy ValidatingPolicies beside the Pod
@@ -127,6 +128,31 @@ func TestEstimatesBoundExactCost(t *testing.T) {
 		}
 		if fast.Cost < exact.Cost {
 			t.Errorf("pod %d: charged %d, less than the exact cost %d", i, fast.Cost, exact.Cost)
+		}
+		// The same pod decoded from JSON with its sizes measured by the
+		// decoder (Request.ObjectSizes): the same level, so the same
+		// decision and the same charge.
+		js, err := jsonenc.AppendValue(nil, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded, sizes, err := manifest.DecodeJSONSized(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := manifest.SizesOf(pod); sizes != want {
+			t.Fatalf("pod %d: decoder measured %+v, the pod has %+v", i, sizes, want)
+		}
+		sizedReq := &Request{Object: decoded, ObjectSizes: &sizes}
+		sizedReq.Fill()
+		sized := ps.Evaluate(ctx, sizedReq)
+		if sized.Cost != fast.Cost || len(sized.Results) != len(fast.Results) {
+			t.Fatalf("pod %d: with measured sizes charged %d (%d results), walked %d (%d results)", i, sized.Cost, len(sized.Results), fast.Cost, len(fast.Results))
+		}
+		for j := range sized.Results {
+			if s, f := sized.Results[j], fast.Results[j]; s.Result != f.Result || s.Message != f.Message {
+				t.Errorf("pod %d, policy %s: with measured sizes %s %q, walked %s %q", i, s.Policy, s.Result, s.Message, f.Result, f.Message)
+			}
 		}
 	}
 	if checked < 1000 {

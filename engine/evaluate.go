@@ -22,6 +22,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/jsonval"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Result words, as in wgpolicyk8s.io PolicyReports.
@@ -190,11 +191,15 @@ type evalRequest struct {
 // level returns the index of the size level bounding the request's inputs.
 func (rq *evalRequest) level() int {
 	if rq.sizeLevel == -2 {
-		var c, s uint64
-		for _, v := range []any{rq.req.Object, rq.req.OldObject, rq.namespaceObject, rq.req.Options} {
-			vc, vs := maxSizes(v)
-			c, s = max(c, vc), max(s, vs)
+		var sizes manifest.Sizes
+		others := []any{rq.req.Object, rq.req.OldObject, rq.namespaceObject, rq.req.Options}
+		if h := rq.req.ObjectSizes; h != nil {
+			sizes, others = *h, others[2:]
 		}
+		for _, v := range others {
+			sizes = sizes.Max(manifest.SizesOf(v))
+		}
+		c, s := sizes.Entries, sizes.Length
 		u := rq.req.UserInfo
 		c = max(c, rq.extraSize, uint64(len(u.Groups)), uint64(len(u.Extra)))
 		s = max(s, rq.extraSize, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)), uint64(len(u.Username)),

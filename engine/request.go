@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Admission operations.
@@ -92,6 +93,11 @@ type Request struct {
 	Context kyvernocel.Context
 	// Now is the time exceptions' expiresAt is compared with (zero: time.Now()).
 	Now time.Time
+	// ObjectSizes, when set, are the sizes of Object and OldObject together
+	// as manifest.DecodeJSONSized measured them while decoding, sparing the
+	// engine a walk of the objects (it measures them itself otherwise).
+	// The CEL cost estimates rest on them: set them only from the decoder.
+	ObjectSizes *manifest.Sizes
 
 	// exact runs every program with cost tracking (tests compare it with
 	// the untracked fast path).

@@ -21,11 +21,23 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 		DryRun:      in.GetDryRun(),
 	}
 	var err error
-	if req.Object, err = objectField("object", in.GetObjectJson(), in.GetObject()); err != nil {
+	var sizes, oldSizes *manifest.Sizes
+	if req.Object, sizes, err = objectField("object", in.GetObjectJson(), in.GetObject()); err != nil {
 		return nil, err
 	}
-	if req.OldObject, err = objectField("old_object", in.GetOldObjectJson(), in.GetOldObject()); err != nil {
+	if req.OldObject, oldSizes, err = objectField("old_object", in.GetOldObjectJson(), in.GetOldObject()); err != nil {
 		return nil, err
+	}
+	// Measured while decoding JSON: the engine need not walk the objects.
+	switch {
+	case req.Object != nil && sizes == nil, req.OldObject != nil && oldSizes == nil:
+	case sizes != nil && oldSizes != nil:
+		both := sizes.Max(*oldSizes)
+		req.ObjectSizes = &both
+	case sizes != nil:
+		req.ObjectSizes = sizes
+	default:
+		req.ObjectSizes = oldSizes
 	}
 	if ns := in.GetNamespaceObject(); ns != nil {
 		req.NamespaceObject = ns.AsMap()
@@ -105,20 +117,22 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 	return req, nil
 }
 
-func objectField(name string, raw []byte, s *structpb.Struct) (map[string]any, error) {
+// objectField decodes an object given as JSON (measuring its sizes) or as
+// a Struct (sizes nil).
+func objectField(name string, raw []byte, s *structpb.Struct) (map[string]any, *manifest.Sizes, error) {
 	if len(raw) > 0 {
-		m, err := manifest.DecodeJSON(raw)
+		m, sizes, err := manifest.DecodeJSONSized(raw)
 		if err != nil {
-			return nil, fieldError(name+"_json", err.Error())
+			return nil, nil, fieldError(name+"_json", err.Error())
 		}
-		return m, nil
+		return m, &sizes, nil
 	}
 	if s == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	m := s.AsMap()
 	normalizeNumbers(m)
-	return m, nil
+	return m, nil, nil
 }
 
 // normalizeNumbers turns the float64 numbers of a protobuf Struct into

@@ -324,7 +324,7 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resource
 	outcomes := make([]outcome, len(resources))
 	errs := make([]error, len(resources))
 	parallelDo(len(resources), func(i int) {
-		res, err := resources[i].decoded()
+		res, sizes, err := resources[i].decoded()
 		var req *engine.Request
 		if err == nil {
 			req, err = requestFor(res, operation, mode)
@@ -333,6 +333,8 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resource
 			errs[i] = err
 			return
 		}
+		// The request's objects are res's content, measured while decoded.
+		req.ObjectSizes = sizes
 		outcomes[i] = newOutcome(res, req.Namespace)
 		outcomes[i].decision = server.ResponseFromDecision(ps.Evaluate(ctx, req))
 		fin.finish(i, &outcomes[i])

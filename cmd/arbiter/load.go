@@ -30,12 +30,21 @@ type resourceDoc struct {
 	doc    *manifest.RawDocument
 }
 
-// decoded returns the resource with its content.
-func (r resourceDoc) decoded() (*engine.Object, error) {
-	if r.object.Content != nil {
-		return r.object, nil
+// decoded returns the resource with its content, and its sizes when they
+// were measured while decoding it (see engine.Request.ObjectSizes).
+func (r resourceDoc) decoded() (*engine.Object, *manifest.Sizes, error) {
+	switch {
+	case r.object.Content != nil:
+		return r.object, nil, nil
+	case r.doc.JSON == nil:
+		o, err := decodeDocument(r.doc)
+		return o, nil, err
 	}
-	return decodeDocument(r.doc)
+	content, sizes, err := manifest.DecodeJSONSized(r.doc.JSON)
+	if err != nil {
+		return nil, nil, exitWith(exitLoad, "%s: %v", r.doc.Source(), err)
+	}
+	return engine.NewObject(r.doc.Source(), content), &sizes, nil
 }
 
 // readObjects reads every manifest under paths.

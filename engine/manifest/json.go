@@ -16,19 +16,78 @@ import (
 // as float64, strings (invalid UTF-8 replaced by U+FFFD), bools and nil.
 // FuzzDecodeJSON checks it against that decoder.
 func decodeJSONValue(data []byte) (any, error) {
+	v, _, err := decodeJSONValueSized(data)
+	return v, err
+}
+
+// Sizes bound JSON-shaped data: Entries is the most entries of one list or
+// map, Length the longest string, map key, list or map (a list or map
+// counts its entries) — what a CEL cost estimate needs to know of it.
+type Sizes struct {
+	Entries, Length uint64
+}
+
+// Max returns the sizes bounding both.
+func (s Sizes) Max(o Sizes) Sizes {
+	return Sizes{Entries: max(s.Entries, o.Entries), Length: max(s.Length, o.Length)}
+}
+
+// SizesOf measures JSON-shaped data (DecodeJSONSized measures it as it
+// decodes).
+func SizesOf(v any) Sizes {
+	switch t := v.(type) {
+	case string:
+		return Sizes{Length: uint64(len(t))}
+	case map[string]any:
+		n := uint64(len(t))
+		out := Sizes{Entries: n, Length: n}
+		for k, e := range t {
+			out = out.Max(SizesOf(e))
+			out.Length = max(out.Length, uint64(len(k)))
+		}
+		return out
+	case []any:
+		n := uint64(len(t))
+		out := Sizes{Entries: n, Length: n}
+		for _, e := range t {
+			out = out.Max(SizesOf(e))
+		}
+		return out
+	}
+	return Sizes{}
+}
+
+// DecodeJSONSized is DecodeJSON that also measures the object's Sizes as
+// it decodes it (sparing a walk of the data).
+func DecodeJSONSized(js []byte) (map[string]any, Sizes, error) {
+	v, sizes, err := decodeJSONValueSized(js)
+	if err != nil {
+		return nil, Sizes{}, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, Sizes{}, fmt.Errorf("document is not an object")
+	}
+	return obj, sizes, nil
+}
+
+func decodeJSONValueSized(data []byte) (any, Sizes, error) {
 	// Strings are slices of one copy of the input: keys cost nothing and
 	// a string value only its interface header.
 	d := jsonDecoder{data: data, src: string(data)}
 	d.skipSpace()
 	v, err := d.value(0)
 	if err != nil {
-		return nil, err
+		return nil, Sizes{}, err
 	}
 	d.skipSpace()
 	if d.pos != len(d.data) {
-		return nil, d.errorf("invalid character %q after top-level value", d.data[d.pos])
+		return nil, Sizes{}, d.errorf("invalid character %q after top-level value", d.data[d.pos])
 	}
-	return v, nil
+	if d.duplicates {
+		return v, SizesOf(v), nil
+	}
+	return v, d.sizes, nil
 }
 
 // maxJSONDepth bounds nesting, as encoding/json does (10000).
@@ -39,6 +98,17 @@ type jsonDecoder struct {
 	// src is data as a string.
 	src string
 	pos int
+	// sizes are the sizes of what is decoded so far; with duplicates
+	// (duplicate keys, whose values but the last are dropped) they may be
+	// larger than the data's.
+	sizes      Sizes
+	duplicates bool
+}
+
+// container counts a list or map of n entries in sizes.
+func (d *jsonDecoder) container(n int) {
+	d.sizes.Entries = max(d.sizes.Entries, uint64(n))
+	d.sizes.Length = max(d.sizes.Length, uint64(n))
 }
 
 var errJSONEnd = errors.New("unexpected end of JSON input")
@@ -106,9 +176,9 @@ func (d *jsonDecoder) object(depth int) (any, error) {
 	d.skipSpace()
 	if d.pos < len(d.data) && d.data[d.pos] == '}' {
 		d.pos++
-		return m, nil
+		return m, nil // no entries: nothing to count
 	}
-	for {
+	for pairs := 1; ; pairs++ {
 		d.skipSpace()
 		if d.pos >= len(d.data) {
 			return nil, errJSONEnd
@@ -143,6 +213,11 @@ func (d *jsonDecoder) object(depth int) (any, error) {
 			d.pos++
 		case '}':
 			d.pos++
+			d.container(len(m))
+			if len(m) != pairs {
+				// A duplicate key: what its first value counted is gone.
+				d.duplicates = true
+			}
 			return m, nil
 		default:
 			return nil, d.errorf("invalid character %q after object key:value pair", d.data[d.pos])
@@ -174,6 +249,7 @@ func (d *jsonDecoder) array(depth int) (any, error) {
 			d.pos++
 		case ']':
 			d.pos++
+			d.container(len(l))
 			return l, nil
 		default:
 			return nil, d.errorf("invalid character %q after array element", d.data[d.pos])
@@ -181,7 +257,15 @@ func (d *jsonDecoder) array(depth int) (any, error) {
 	}
 }
 
+// string decodes a string (a key or a value), counting its length in
+// sizes.
 func (d *jsonDecoder) string() (string, error) {
+	str, err := d.unquote()
+	d.sizes.Length = max(d.sizes.Length, uint64(len(str)))
+	return str, err
+}
+
+func (d *jsonDecoder) unquote() (string, error) {
 	d.pos++ // "
 	start := d.pos
 	// Fast path: no escapes, valid ASCII/UTF-8.

@@ -12,6 +12,7 @@ var jsonSeeds = []string{
 	`{"big":9223372036854775807,"bigger":9223372036854775808,"neg":-9223372036854775808,"e":1e3,"f":1E-2,"z":0}`,
 	`{"esc":"\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00","bad":"\ud800x","lone":"\udc00"}`,
 	`{"dup":1,"dup":2}`,
+	`{"dup":[1,2,3,"a long string"],"x":{"dup":[[1,2,3,4,5]],"dup":[]},"dup":[1]}`,
 	` { "spaced" : [ 1 , 2 ] } `,
 	`{"utf8":"héllo","invalid":"` + "\xff\xfe" + `"}`,
 	`[1,2]`, `"s"`, `1`, `null`, `{`, `{"a":}`, `{"a":1,}`, `[1 2]`, `01`, `-`, `1.`, `1e`, `"\x"`, `{"a":1}x`,
@@ -43,6 +44,12 @@ func checkSameAsKubernetes(t *testing.T, data []byte) {
 	}
 	if err == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q:\n fast %#v\n kube %#v", data, got, want)
+	}
+	// The sizes measured while decoding are those of the data.
+	if v, sizes, err := decodeJSONValueSized(data); err == nil {
+		if want := SizesOf(v); sizes != want {
+			t.Fatalf("%q: decoder measured %+v, the data has %+v", data, sizes, want)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 
 	"github.com/spf13/cobra"
@@ -31,24 +32,45 @@ func exitWith(code int, format string, args ...any) error {
 }
 
 func main() {
-	// ARBITER_CPUPROFILE=FILE writes a CPU profile of the whole run (see
+	// ARBITER_CPUPROFILE=FILE writes a CPU profile of the whole run, and
+	// ARBITER_MEMPROFILE=FILE a profile of its allocations (see
 	// docs/performance.md).
-	if path := os.Getenv("ARBITER_CPUPROFILE"); path != "" {
+	cpu, mem := os.Getenv("ARBITER_CPUPROFILE"), os.Getenv("ARBITER_MEMPROFILE")
+	if cpu == "" && mem == "" {
+		os.Exit(run(os.Args[1:]))
+	}
+	create := func(env, path string) *os.File {
 		f, err := os.Create(path)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "error: ARBITER_CPUPROFILE:", err)
+			fmt.Fprintf(os.Stderr, "error: %s: %v\n", env, err)
 			os.Exit(exitLoad)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, "error: ARBITER_CPUPROFILE:", err)
-			os.Exit(exitLoad)
-		}
-		code := run(os.Args[1:])
-		pprof.StopCPUProfile()
-		f.Close()
-		os.Exit(code)
+		return f
 	}
-	os.Exit(run(os.Args[1:]))
+	var cpuFile, memFile *os.File
+	if cpu != "" {
+		cpuFile = create("ARBITER_CPUPROFILE", cpu)
+		if err := pprof.StartCPUProfile(cpuFile); err != nil {
+			fmt.Fprintln(os.Stderr, "error: ARBITER_CPUPROFILE:", err)
+			os.Exit(exitLoad)
+		}
+	}
+	if mem != "" {
+		runtime.MemProfileRate = 64 << 10
+		memFile = create("ARBITER_MEMPROFILE", mem)
+	}
+	code := run(os.Args[1:])
+	if cpuFile != nil {
+		pprof.StopCPUProfile()
+		cpuFile.Close()
+	}
+	if memFile != nil {
+		if err := pprof.Lookup("allocs").WriteTo(memFile, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "error: ARBITER_MEMPROFILE:", err)
+		}
+		memFile.Close()
+	}
+	os.Exit(code)
 }
 
 func run(args []string) int {

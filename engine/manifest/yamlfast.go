@@ -1,7 +1,6 @@
 package manifest
 
 import (
-	"encoding/binary"
 	"strconv"
 	"strings"
 )
@@ -18,7 +17,8 @@ import (
 // document the fast path accepts.
 func decodeYAMLFast(data []byte) (map[string]any, bool) {
 	p := yamlParser{}
-	if !p.split(data) || len(p.lines) == 0 {
+	// The data's strings are slices of one copy of it.
+	if !p.split(string(data)) || len(p.lines) == 0 {
 		return nil, false
 	}
 	v, ok := p.block(p.lines[0].indent)
@@ -39,14 +39,13 @@ type yamlParser struct {
 	pos   int
 }
 
-// split cuts data into its content lines (indentation and text), leaving
+// split cuts src into its content lines (indentation and text), leaving
 // out blank and comment lines; it declines characters the fast path does
 // not handle.
-func (p *yamlParser) split(data []byte) bool {
-	if !plainText(data) {
+func (p *yamlParser) split(src string) bool {
+	if !plainText(src) {
 		return false
 	}
-	src := string(data)
 	p.lines = make([]yamlLine, 0, strings.Count(src, "\n")+1)
 	for len(src) > 0 {
 		line := src
@@ -74,14 +73,15 @@ func (p *yamlParser) split(data []byte) bool {
 // plainText says whether data is printable ASCII and line breaks only
 // (no other control character, no DEL, nothing past ASCII): what the fast
 // path reads. It checks eight bytes at a time.
-func plainText(data []byte) bool {
+func plainText(data string) bool {
 	const (
 		ones = 0x0101010101010101
 		high = 0x8080808080808080
 	)
 	i := 0
 	for ; i+8 <= len(data); i += 8 {
-		x := binary.LittleEndian.Uint64(data[i:])
+		x := uint64(data[i]) | uint64(data[i+1])<<8 | uint64(data[i+2])<<16 | uint64(data[i+3])<<24 |
+			uint64(data[i+4])<<32 | uint64(data[i+5])<<40 | uint64(data[i+6])<<48 | uint64(data[i+7])<<56
 		if x&high != 0 {
 			return false
 		}
@@ -94,7 +94,7 @@ func plainText(data []byte) bool {
 			return false
 		}
 	}
-	for _, c := range data[i:] {
+	for _, c := range []byte(data[i:]) {
 		if c >= 0x80 || c < 0x20 && c != '\n' || c == 0x7f {
 			return false
 		}

@@ -163,7 +163,7 @@ func TestPlainText(t *testing.T) {
 			data := bytes.Clone(base)
 			data[pos] = byte(c)
 			for _, d := range [][]byte{data, data[1:], data[:pos+1]} {
-				if got, want := plainText(d), naive(d); got != want {
+				if got, want := plainText(string(d)), naive(d); got != want {
 					t.Fatalf("%q: plainText %v, want %v", d, got, want)
 				}
 			}
@@ -175,7 +175,7 @@ func TestPlainText(t *testing.T) {
 		for i := range d {
 			d[i] = byte(0x09 + rng.IntN(0x78))
 		}
-		if got, want := plainText(d), naive(d); got != want {
+		if got, want := plainText(string(d)), naive(d); got != want {
 			t.Fatalf("%q: plainText %v, want %v", d, got, want)
 		}
 	}

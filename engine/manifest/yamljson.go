@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 )
@@ -26,14 +27,16 @@ func headOf(obj map[string]any) Head {
 // (FuzzTranscodeYAMLFast checks both).
 func transcodeYAMLFast(dst, data []byte) ([]byte, Head, bool) {
 	t := yamlTranscoder{dst: dst}
-	if !t.split(data) || len(t.lines) == 0 || isSeqItem(t.lines[0].text) {
+	// No copy of data: its strings live only while it is transcoded (the
+	// head's are cloned), and data is not modified meanwhile.
+	if len(data) == 0 || !t.split(unsafe.String(&data[0], len(data))) || len(t.lines) == 0 || isSeqItem(t.lines[0].text) {
 		return dst, Head{}, false
 	}
 	if !t.mapping(t.lines[0].indent, levelTop) || t.pos != len(t.lines) {
 		return dst, Head{}, false
 	}
-	// The head's strings are slices of the parser's copy of the document:
-	// clone them, so that the copy is not kept with the head.
+	// The head's strings are slices of data: clone them, so that the head
+	// does not keep data alive (nor see it change).
 	h := Head{APIVersion: strings.Clone(t.head.APIVersion), Kind: strings.Clone(t.head.Kind),
 		Name: strings.Clone(t.head.Name), Namespace: strings.Clone(t.head.Namespace)}
 	return t.dst, h, true

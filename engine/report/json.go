@@ -2,6 +2,8 @@ package report
 
 import (
 	"bytes"
+	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,47 +23,95 @@ func (r *Report) AppendJSON(b []byte, prefix string) []byte {
 // ResultCache remembers the JSON of report results, for runs that encode
 // the same results again and again (a batch of similar manifests: most of
 // a report's bytes are its results, and most results repeat from one
-// manifest to the next). It holds at most maxCachedResults results and is
-// safe for concurrent use.
+// manifest to the next). It holds at most maxCachedResults results, at most
+// maxCachedPerPolicy of one policy, and is safe for concurrent use.
 type ResultCache struct {
-	m sync.Map // resultKey → []byte
+	m sync.Map // policy → *policyResults
 	n atomic.Int32
 }
 
 const (
-	maxCachedResults = 4096
-	// Results with longer messages, or more properties, are not cached.
-	maxCachedMessage    = 1024
-	maxCachedProperties = 3
+	maxCachedResults   = 4096
+	maxCachedPerPolicy = 16
+	// Results with longer messages are not cached.
+	maxCachedMessage = 1024
 )
 
-// resultKey is everything a result's JSON depends on.
-type resultKey struct {
-	prefix                                                 string
-	policy, rule, result, message, source, category, sever string
-	scored                                                 bool
-	nprops                                                 int
-	props                                                  [maxCachedProperties][2]string
+// policyResults are the cached results of one policy: a few (a pass, a
+// fail or two), looked up by comparison.
+type policyResults struct {
+	mu   sync.Mutex
+	list atomic.Pointer[[]cachedResult] // replaced, never modified
 }
 
-func cacheKey(prefix string, res *Result) (resultKey, bool) {
-	if len(res.Properties) > maxCachedProperties || len(res.Message) > maxCachedMessage {
-		return resultKey{}, false
+// cachedResult is a result (but its policy) and its JSON.
+type cachedResult struct {
+	prefix, rule, result, message, source, category, severity string
+	scored                                                    bool
+	props                                                     map[string]string
+	js                                                        []byte
+}
+
+func (c *cachedResult) matches(prefix string, res *Result) bool {
+	return c.message == res.Message && c.result == res.Result && c.prefix == prefix && c.rule == res.Rule &&
+		c.source == res.Source && c.category == res.Category && c.severity == res.Severity && c.scored == res.Scored &&
+		sameProperties(c.props, res.Properties)
+}
+
+// sameProperties compares properties, at once when they are the same map
+// (results share read-only properties maps).
+func sameProperties(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	k := resultKey{prefix: prefix, policy: res.Policy, rule: res.Rule, result: res.Result, message: res.Message,
-		source: res.Source, category: res.Category, sever: res.Severity, scored: res.Scored, nprops: len(res.Properties)}
-	i := 0
-	for pk, pv := range res.Properties {
-		k.props[i] = [2]string{pk, pv}
-		i++
+	if len(a) == 0 || reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() {
+		return true
 	}
-	// Sorted, so that equal maps make equal keys.
-	for a := 1; a < i; a++ {
-		for b := a; b > 0 && k.props[b][0] < k.props[b-1][0]; b-- {
-			k.props[b], k.props[b-1] = k.props[b-1], k.props[b]
+	return maps.Equal(a, b)
+}
+
+// lookup returns the JSON of a result seen before.
+func (c *ResultCache) lookup(prefix string, res *Result) ([]byte, bool) {
+	v, ok := c.m.Load(res.Policy)
+	if !ok {
+		return nil, false
+	}
+	if list := v.(*policyResults).list.Load(); list != nil {
+		for i := range *list {
+			if e := &(*list)[i]; e.matches(prefix, res) {
+				return e.js, true
+			}
 		}
 	}
-	return k, true
+	return nil, false
+}
+
+// add remembers the JSON of a result, while the cache has room.
+func (c *ResultCache) add(prefix string, res *Result, js []byte) {
+	if len(res.Message) > maxCachedMessage || c.n.Load() >= maxCachedResults {
+		return
+	}
+	v, _ := c.m.LoadOrStore(res.Policy, &policyResults{})
+	pr := v.(*policyResults)
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	var list []cachedResult
+	if old := pr.list.Load(); old != nil {
+		list = *old
+	}
+	if len(list) >= maxCachedPerPolicy {
+		return
+	}
+	for i := range list {
+		if list[i].matches(prefix, res) {
+			return // added meanwhile
+		}
+	}
+	next := append(slices.Clip(list), cachedResult{prefix: prefix, rule: res.Rule, result: res.Result, message: res.Message,
+		source: res.Source, category: res.Category, severity: res.Severity, scored: res.Scored, props: res.Properties,
+		js: bytes.Clone(js)})
+	pr.list.Store(&next)
+	c.n.Add(1)
 }
 
 // AppendJSONCached is AppendJSON taking the JSON of results seen before
@@ -112,22 +162,16 @@ func (r *Report) AppendJSONCached(b []byte, prefix string, cache *ResultCache) [
 		for i := range r.Results {
 			res := &r.Results[i]
 			w.elem()
-			var key resultKey
-			cacheable := false
 			if cache != nil {
-				if key, cacheable = cacheKey(prefix, res); cacheable {
-					if js, ok := cache.m.Load(key); ok {
-						w.b = append(w.b, js.([]byte)...)
-						continue
-					}
+				if js, ok := cache.lookup(prefix, res); ok {
+					w.b = append(w.b, js...)
+					continue
 				}
 			}
 			start := len(w.b)
 			w.result(res)
-			if cacheable && cache.n.Load() < maxCachedResults {
-				if _, loaded := cache.m.LoadOrStore(key, bytes.Clone(w.b[start:])); !loaded {
-					cache.n.Add(1)
-				}
+			if cache != nil {
+				cache.add(prefix, res, w.b[start:])
 			}
 		}
 		w.close(']')

@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"runtime"
 
@@ -55,7 +56,9 @@ func (s *Server) serverOptions() []grpc.ServerOption {
 // what the observability hooks need.
 func (s *Server) registerOps() {
 	arbiterv1.RegisterAdminServiceServer(s.grpc, &adminService{s: s})
-	if s.cfg.TracerProvider != nil {
+	if _, off := s.cfg.TracerProvider.(noop.TracerProvider); off {
+		s.tracer = nil // no spans at all
+	} else if s.cfg.TracerProvider != nil {
 		s.tracer = s.cfg.TracerProvider.Tracer("github.com/arbiter-pdp/arbiter/server")
 	} else {
 		s.tracer = otel.Tracer("github.com/arbiter-pdp/arbiter/server")

@@ -79,7 +79,8 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// DecisionLog receives decisions (nil: none).
 	DecisionLog *decisionlog.Logger
-	// TracerProvider makes the per-decision spans (nil: the global one).
+	// TracerProvider makes the per-decision spans (nil: the global one; a
+	// noop.TracerProvider: none, at no cost).
 	TracerProvider oteltrace.TracerProvider
 	// DrainDelay is how long Shutdown keeps serving after health goes
 	// NOT_SERVING, so load balancers stop sending calls first.

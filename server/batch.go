@@ -236,8 +236,12 @@ func dedupeChanges(changes []store.Change) []store.Change {
 	return out
 }
 
-// maxStreamAnswers bounds the answers of one DecideStreamResponse.
+// maxStreamAnswers is how many answers a DecideStreamResponse gathers
+// before it is sent (one more chunk may take it past).
 const maxStreamAnswers = 64
+
+// streamChunk is how many items of a message a worker decides at once.
+const streamChunk = 8
 
 // streamWindow is how many stream items may be in flight (decoded and
 // being decided) ahead of the one being sent.
@@ -263,13 +267,15 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 		return toStatus(err)
 	}
 	reports := first.GetPolicyReports()
+	// Items go to the workers in chunks of up to streamChunk (of one
+	// message), each answered at once: fewer hand-offs between goroutines.
 	type slot struct {
-		done chan *arbiterv1.ItemResult
+		done chan []*arbiterv1.ItemResult
 	}
 	type job struct {
-		index uint32
-		item  *arbiterv1.BatchItem
-		done  chan<- *arbiterv1.ItemResult
+		index uint32 // of the first item
+		items []*arbiterv1.BatchItem
+		done  chan<- []*arbiterv1.ItemResult
 	}
 	slots := make(chan slot, streamWindow)
 	// A fixed pool of workers decides the items: long-lived goroutines keep
@@ -279,11 +285,14 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	for range runtime.GOMAXPROCS(0) {
 		go func() {
 			for j := range jobs {
-				item := j.item
-				if item == nil {
-					item = &arbiterv1.BatchItem{}
+				out := make([]*arbiterv1.ItemResult, len(j.items))
+				for k, item := range j.items {
+					if item == nil {
+						item = &arbiterv1.BatchItem{}
+					}
+					out[k] = s.decideItem(ctx, snap, cand, reports, j.index+uint32(k), item)
 				}
-				j.done <- s.decideItem(ctx, snap, cand, reports, j.index, item)
+				j.done <- out
 			}
 		}()
 	}
@@ -308,16 +317,18 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 				// One item (without one, an item that gets its own error).
 				items = []*arbiterv1.BatchItem{msg.GetItem()}
 			}
-			for _, item := range items {
-				sl := slot{done: make(chan *arbiterv1.ItemResult, 1)}
+			for len(items) > 0 {
+				chunk := items[:min(len(items), streamChunk)]
+				items = items[len(chunk):]
+				sl := slot{done: make(chan []*arbiterv1.ItemResult, 1)}
 				select {
 				case slots <- sl:
 				case <-ctx.Done():
 					recvErr <- ctx.Err()
 					return
 				}
-				jobs <- job{index: index, item: item, done: sl.done}
-				index++
+				jobs <- job{index: index, items: chunk, done: sl.done}
+				index += uint32(len(chunk))
 			}
 			var err error
 			msg, err = stream.Recv()
@@ -333,10 +344,10 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	}()
 	sentHeader := false
 	var items []*arbiterv1.ItemResult
-	// held is a slot taken from slots whose item was not decided yet when
-	// a batch of answers was sent.
+	// held is a slot taken from slots whose chunk was not decided yet when
+	// a message of answers was sent.
 	var held *slot
-	next := func(wait bool) (*arbiterv1.ItemResult, bool) {
+	next := func(wait bool) ([]*arbiterv1.ItemResult, bool) {
 		if held == nil {
 			if wait {
 				sl, ok := <-slots
@@ -357,35 +368,19 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 			}
 		}
 		if wait {
-			it := <-held.done
+			chunk := <-held.done
 			held = nil
-			return it, true
+			return chunk, true
 		}
 		select {
-		case it := <-held.done:
+		case chunk := <-held.done:
 			held = nil
-			return it, true
+			return chunk, true
 		default:
 			return nil, false
 		}
 	}
-	for {
-		it, ok := next(true)
-		if !ok {
-			break
-		}
-		resp := &arbiterv1.DecideStreamResponse{Item: it}
-		if batched {
-			// As many answers as are ready, in order.
-			resp = &arbiterv1.DecideStreamResponse{Items: []*arbiterv1.ItemResult{it}}
-			for len(resp.Items) < maxStreamAnswers {
-				more, ok := next(false)
-				if !ok {
-					break
-				}
-				resp.Items = append(resp.Items, more)
-			}
-		}
+	send := func(resp *arbiterv1.DecideStreamResponse) error {
 		if !sentHeader {
 			resp.Revision, resp.Digest = snap.Revision, snap.Digest
 			sentHeader = true
@@ -402,6 +397,34 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 			if cand != nil {
 				items = append(items, &arbiterv1.ItemResult{Decision: it.GetDecision(), CandidateDecision: it.GetCandidateDecision(), Changed: it.GetChanged()})
 			}
+		}
+		return nil
+	}
+	for {
+		chunk, ok := next(true)
+		if !ok {
+			break
+		}
+		if !batched {
+			// One item per message, as the caller sends them.
+			for _, it := range chunk {
+				if err := send(&arbiterv1.DecideStreamResponse{Item: it}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		// As many answers as are ready, in order.
+		resp := &arbiterv1.DecideStreamResponse{Items: chunk}
+		for len(resp.Items) < maxStreamAnswers {
+			more, ok := next(false)
+			if !ok {
+				break
+			}
+			resp.Items = append(resp.Items, more...)
+		}
+		if err := send(resp); err != nil {
+			return err
 		}
 	}
 	if err := <-recvErr; err != nil {

@@ -241,7 +241,7 @@ func dedupeChanges(changes []store.Change) []store.Change {
 const maxStreamAnswers = 64
 
 // streamChunk is how many items of a message a worker decides at once.
-const streamChunk = 8
+const streamChunk = 16
 
 // streamWindow is how many stream items may be in flight (decoded and
 // being decided) ahead of the one being sent.

@@ -173,7 +173,7 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 
 // streamBatch is how many items apply --server sends per DecideStream
 // message.
-const streamBatch = 32
+const streamBatch = 64
 
 // parallelDo runs fn(0..n-1) on GOMAXPROCS goroutines.
 func parallelDo(n int, fn func(i int)) {

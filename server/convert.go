@@ -121,7 +121,9 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 // a Struct (sizes nil).
 func objectField(name string, raw []byte, s *structpb.Struct) (map[string]any, *manifest.Sizes, error) {
 	if len(raw) > 0 {
-		m, sizes, err := manifest.DecodeJSONSized(raw)
+		// raw is the request's own copy, which nothing changes: the
+		// object's strings may be slices of it.
+		m, sizes, err := manifest.DecodeJSONSizedOwned(raw)
 		if err != nil {
 			return nil, nil, fieldError(name+"_json", err.Error())
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // decodeJSONValue is a small, allocation-lean JSON decoder producing the
@@ -57,6 +58,24 @@ func SizesOf(v any) Sizes {
 	return Sizes{}
 }
 
+// DecodeJSONSizedOwned is DecodeJSONSized for a caller that hands js over:
+// the data's strings are slices of js itself rather than of a copy, so js
+// must never change afterwards (a decoded request's own bytes, say).
+func DecodeJSONSizedOwned(js []byte) (map[string]any, Sizes, error) {
+	if len(js) == 0 {
+		return DecodeJSONSized(js)
+	}
+	v, sizes, err := decodeJSONFrom(js, unsafe.String(&js[0], len(js)))
+	if err != nil {
+		return nil, Sizes{}, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, Sizes{}, fmt.Errorf("document is not an object")
+	}
+	return obj, sizes, nil
+}
+
 // DecodeJSONSized is DecodeJSON that also measures the object's Sizes as
 // it decodes it (sparing a walk of the data).
 func DecodeJSONSized(js []byte) (map[string]any, Sizes, error) {
@@ -74,7 +93,13 @@ func DecodeJSONSized(js []byte) (map[string]any, Sizes, error) {
 func decodeJSONValueSized(data []byte) (any, Sizes, error) {
 	// Strings are slices of one copy of the input: keys cost nothing and
 	// a string value only its interface header.
-	d := jsonDecoder{data: data, src: string(data)}
+	return decodeJSONFrom(data, string(data))
+}
+
+// decodeJSONFrom decodes data, whose strings are slices of src (data as a
+// string).
+func decodeJSONFrom(data []byte, src string) (any, Sizes, error) {
+	d := jsonDecoder{data: data, src: src}
 	d.skipSpace()
 	v, err := d.value(0)
 	if err != nil {

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
 
@@ -50,6 +51,12 @@ func checkSameAsKubernetes(t *testing.T, data []byte) {
 		if want := SizesOf(v); sizes != want {
 			t.Fatalf("%q: decoder measured %+v, the data has %+v", data, sizes, want)
 		}
+	}
+	// Decoding in place gives the same objects and sizes.
+	obj, sizes, err := DecodeJSONSized(data)
+	owned, ownedSizes, ownedErr := DecodeJSONSizedOwned(bytes.Clone(data))
+	if (err == nil) != (ownedErr == nil) || !reflect.DeepEqual(obj, owned) || sizes != ownedSizes {
+		t.Fatalf("%q: in place %#v %+v %v, copied %#v %+v %v", data, owned, ownedSizes, ownedErr, obj, sizes, err)
 	}
 }
 

@@ -40,7 +40,8 @@ func (r resourceDoc) decoded() (*engine.Object, *manifest.Sizes, error) {
 		o, err := decodeDocument(r.doc)
 		return o, nil, err
 	}
-	content, sizes, err := manifest.DecodeJSONSized(r.doc.JSON)
+	// The document's JSON is ours and never changes: decoded in place.
+	content, sizes, err := manifest.DecodeJSONSizedOwned(r.doc.JSON)
 	if err != nil {
 		return nil, nil, exitWith(exitLoad, "%s: %v", r.doc.Source(), err)
 	}

@@ -74,7 +74,11 @@ func parallel(n int, fn func(i int)) {
 
 // reportBuffers recycles the buffers of policy_report_json, once their
 // response is sent.
-var reportBuffers = sync.Pool{New: func() any { return new([]byte) }}
+var reportBuffers = sync.Pool{New: func() any {
+	// Room for a report of 16 results without growing.
+	b := make([]byte, 0, 16<<10)
+	return &b
+}}
 
 // recycleReport returns the report buffer of a sent item to reportBuffers.
 func recycleReport(it *arbiterv1.ItemResult) {

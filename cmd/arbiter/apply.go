@@ -412,7 +412,11 @@ type jsonArrayWriter struct {
 
 func newJSONArrayWriter(out io.Writer) *jsonArrayWriter {
 	return &jsonArrayWriter{w: bufio.NewWriterSize(out, 1<<16), pending: map[int][]byte{},
-		bufs: sync.Pool{New: func() any { return new([]byte) }}}
+		bufs: sync.Pool{New: func() any {
+			// Room for a report of 16 results without growing.
+			b := make([]byte, 0, 16<<10)
+			return &b
+		}}}
 }
 
 // buffer returns an empty buffer for a report.

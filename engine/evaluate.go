@@ -140,28 +140,71 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *Request) *Decision {
 }
 
 func (d *Decision) applyActions() {
+	// The message joins the denials; each denial is a slice of it (one
+	// allocation for all of them).
+	size, denials := 0, 0
+	for i := range d.Results {
+		if r := &d.Results[i]; r.actionable() && r.policy.deny {
+			size += len("Policy ") + len(r.policy.Name) + len(" ") + len(r.verb()) + len(": ") + len(r.ruleMessage) + len("; ")
+			denials++
+		}
+	}
+	if denials > 0 {
+		var msg strings.Builder
+		msg.Grow(size)
+		ends := make([]int, 0, denials)
+		for i := range d.Results {
+			if r := &d.Results[i]; r.actionable() && r.policy.deny {
+				if msg.Len() > 0 {
+					msg.WriteString("; ")
+				}
+				msg.WriteString("Policy ")
+				msg.WriteString(r.policy.Name)
+				msg.WriteString(" ")
+				msg.WriteString(r.verb())
+				msg.WriteString(": ")
+				msg.WriteString(r.ruleMessage)
+				ends = append(ends, msg.Len())
+			}
+		}
+		d.Allowed = false
+		d.Message = msg.String()
+		d.Denials = make([]string, denials)
+		start := 0
+		for i, end := range ends {
+			d.Denials[i] = d.Message[start:end]
+			start = end + len("; ")
+		}
+	}
+	k := 0 // denials seen
 	for i := range d.Results {
 		r := &d.Results[i]
-		p := r.policy
-		if r.status != ResultFail && r.status != ResultError {
+		if !r.actionable() {
 			continue
 		}
-		verb := "failed"
-		if r.status == ResultError {
-			verb = "error"
+		if r.policy.warn {
+			if r.policy.deny {
+				d.Warnings = append(d.Warnings, d.Denials[k])
+			} else {
+				d.Warnings = append(d.Warnings, "Policy "+r.policy.Name+" "+r.verb()+": "+r.ruleMessage)
+			}
 		}
-		text := "Policy " + p.Name + " " + verb + ": " + r.ruleMessage
-		if p.deny {
-			d.Denials = append(d.Denials, text)
-		}
-		if p.warn {
-			d.Warnings = append(d.Warnings, text)
+		if r.policy.deny {
+			k++
 		}
 	}
-	if len(d.Denials) > 0 {
-		d.Allowed = false
-		d.Message = strings.Join(d.Denials, "; ")
+}
+
+// actionable says whether the result's policy actions apply: it failed or
+// erred.
+func (r *Result) actionable() bool { return r.status == ResultFail || r.status == ResultError }
+
+// verb is how an actionable result is worded in denials and warnings.
+func (r *Result) verb() string {
+	if r.status == ResultError {
+		return "error"
 	}
+	return "failed"
 }
 
 // evalRequest holds what is shared by every policy evaluated for a request.

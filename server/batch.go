@@ -111,6 +111,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		return out
 	}
 	req.CostBudget = s.cfg.Limits.MaxDecisionCost
+	req.Now = start // one clock reading for the item
 	d := snap.Set.Evaluate(ctx, req)
 	if reports && cand == nil {
 		// The report holds the results: the decision is only the verdict.
@@ -118,7 +119,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 	} else {
 		out.Decision = ResponseFromDecision(d)
 	}
-	out.Decision.DecisionId = newDecisionID()
+	out.Decision.DecisionId = newDecisionIDAt(start)
 	s.observeDecision(ctx, snap, req, d, out.Decision, start)
 	if cand != nil {
 		cr := *req

@@ -77,9 +77,12 @@ func itoa(v uint64) string {
 }
 
 // newDecisionID returns a unique, time-ordered decision id.
-func newDecisionID() string {
+func newDecisionID() string { return newDecisionIDAt(time.Now()) }
+
+// newDecisionIDAt is newDecisionID for a decision made at t.
+func newDecisionIDAt(t time.Time) string {
 	var b [16]byte
-	ms := uint64(time.Now().UnixMilli())
+	ms := uint64(t.UnixMilli())
 	for i := 5; i >= 0; i-- {
 		b[i] = byte(ms)
 		ms >>= 8

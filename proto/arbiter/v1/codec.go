@@ -1,6 +1,8 @@
 package arbiterv1
 
 import (
+	"sync"
+
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the standard "proto" codec used as fallback
 	"google.golang.org/grpc/mem"
@@ -55,7 +57,7 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
 	}
-	pool := mem.DefaultBufferPool()
+	pool := codecPool
 	buf := pool.Get(size)
 	if _, err := m.MarshalToSizedBufferVT((*buf)[:size]); err != nil {
 		pool.Put(buf)
@@ -92,16 +94,68 @@ func (r *RawMessage) Free() {
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*RawMessage); ok && c.vtDecode {
 		r.Free()
-		r.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		r.buf = data.MaterializeToBuffer(codecPool)
 		return nil
 	}
 	m, ok := v.(vtMessage)
 	if !c.vtDecode || !ok {
 		return standard().Unmarshal(data, v)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	buf := data.MaterializeToBuffer(codecPool)
 	defer buf.Free()
 	// UnmarshalVT copies strings and bytes out of buf (RawMessage is for
 	// receivers that decode with the aliasing UnmarshalVTUnsafe).
 	return m.UnmarshalVT(buf.ReadOnlyData())
+}
+
+// codecPool holds the codecs' buffers. It is gRPC's default pool without
+// the zeroing of every buffer it hands out (of its whole capacity: a
+// megabyte for a message of half that): the codecs overwrite what they get
+// whole — Marshal writes every byte of the message, MaterializeToBuffer
+// copies one in.
+var codecPool mem.BufferPool = newDirtyPool(1<<12, 1<<14, 1<<15, 1<<20)
+
+type dirtyPool struct {
+	tiers []dirtyTier
+}
+
+type dirtyTier struct {
+	size int
+	pool sync.Pool
+}
+
+func newDirtyPool(sizes ...int) *dirtyPool {
+	p := &dirtyPool{tiers: make([]dirtyTier, len(sizes))}
+	for i, n := range sizes {
+		p.tiers[i].size = n
+	}
+	return p
+}
+
+// Get returns a buffer of n bytes, whose content is whatever it held.
+func (p *dirtyPool) Get(n int) *[]byte {
+	for i := range p.tiers {
+		t := &p.tiers[i]
+		if n > t.size {
+			continue
+		}
+		if b, ok := t.pool.Get().(*[]byte); ok {
+			*b = (*b)[:n]
+			return b
+		}
+		b := make([]byte, n, t.size)
+		return &b
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+// Put takes back a buffer from Get.
+func (p *dirtyPool) Put(b *[]byte) {
+	for i := range p.tiers {
+		if t := &p.tiers[i]; cap(*b) == t.size {
+			t.pool.Put(b)
+			return
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package arbiterv1
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -112,5 +113,52 @@ func TestRawMessage(t *testing.T) {
 	data, _ := c.Marshal(sampleResponse(1))
 	if err := ServerCodec().Unmarshal(data, &RawMessage{}); err == nil {
 		t.Fatal("the server codec accepted a raw message")
+	}
+}
+
+// TestDirtyPoolBuffersOverwritten pollutes the codecs' pool with garbage
+// and checks that what the codecs make with its buffers is exactly the
+// standard encoding and decoding: they overwrite every byte they use.
+func TestDirtyPoolBuffersOverwritten(t *testing.T) {
+	std := encoding.GetCodecV2("proto")
+	for _, size := range []int{1 << 12, 1 << 14, 1 << 15, 1 << 20} {
+		for range 4 {
+			b := make([]byte, size)
+			for i := range b {
+				b[i] = 0xff
+			}
+			codecPool.Put(&b)
+		}
+	}
+	if b := codecPool.Get(100); len(*b) != 100 || cap(*b) != 1<<12 {
+		t.Fatalf("Get(100): len %d cap %d", len(*b), cap(*b))
+	}
+	for _, n := range []int{40, 400, 3000} {
+		// Without maps, whose order makes the bytes of two encodings differ.
+		want := sampleResponse(n)
+		want.AuditAnnotations = nil
+		for _, r := range want.Results {
+			r.Properties = nil
+		}
+		data, err := ServerCodec().Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdData, err := std.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(data.Materialize(), stdData.Materialize()) {
+			t.Fatalf("%d results: encoded in a used buffer, the bytes differ", n)
+		}
+		var raw RawMessage
+		if err := ClientCodec().Unmarshal(stdData, &raw); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(raw.Bytes(), stdData.Materialize()) {
+			t.Fatalf("%d results: materialized in a used buffer, the bytes differ", n)
+		}
+		raw.Free()
+		data.Free()
 	}
 }

@@ -191,22 +191,36 @@ func Parse(file string, data []byte) ([]*Document, error) {
 		if errs[i] != nil {
 			return nil, &Error{File: file, Index: index, Err: errs[i]}
 		}
-		if obj == nil {
-			continue
+		held, err := objectsOf(obj)
+		if err != nil {
+			return nil, &Error{File: file, Index: index, Err: err}
 		}
-		if items, ok := listItems(obj); ok {
-			for j, item := range items {
-				m, ok := item.(map[string]any)
-				if !ok {
-					return nil, &Error{File: file, Index: index, Err: fmt.Errorf("items[%d]: not an object", j)}
-				}
-				docs = append(docs, &Document{File: file, Index: index, Object: m})
-			}
-			continue
+		for _, o := range held {
+			docs = append(docs, &Document{File: file, Index: index, Object: o})
 		}
-		docs = append(docs, &Document{File: file, Index: index, Object: obj})
 	}
 	return docs, nil
+}
+
+// objectsOf returns the objects a decoded document holds: none for an
+// empty one, the items of a List, or the document itself.
+func objectsOf(obj map[string]any) ([]map[string]any, error) {
+	if obj == nil {
+		return nil, nil
+	}
+	items, ok := listItems(obj)
+	if !ok {
+		return []map[string]any{obj}, nil
+	}
+	out := make([]map[string]any, len(items))
+	for j, item := range items {
+		m, ok := item.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("items[%d]: not an object", j)
+		}
+		out[j] = m
+	}
+	return out, nil
 }
 
 // parallelFor runs fn(0..n-1), on GOMAXPROCS goroutines when n is large
@@ -313,22 +327,12 @@ func parseJSONDocument(file string, index int, raw []byte) ([]*RawDocument, erro
 		return []*RawDocument{{File: file, Index: index, Head: head, JSON: js}}, nil
 	}
 	obj, err := Decode(raw)
+	var objs []map[string]any
+	if err == nil {
+		objs, err = objectsOf(obj)
+	}
 	if err != nil {
 		return nil, &Error{File: file, Index: index, Err: err}
-	}
-	if obj == nil {
-		return nil, nil
-	}
-	objs := []map[string]any{obj}
-	if items, ok := listItems(obj); ok {
-		objs = objs[:0]
-		for j, item := range items {
-			m, ok := item.(map[string]any)
-			if !ok {
-				return nil, &Error{File: file, Index: index, Err: fmt.Errorf("items[%d]: not an object", j)}
-			}
-			objs = append(objs, m)
-		}
 	}
 	docs := make([]*RawDocument, len(objs))
 	for j, o := range objs {

@@ -289,16 +289,27 @@ func inlineValue(s string) (any, bool) {
 		}
 		return map[string]any{}, true
 	}
-	if !plainStart(s) {
+	text, ok := plainScalar(s)
+	if !ok {
 		return nil, false
+	}
+	return resolvePlain(text)
+}
+
+// plainScalar returns the text of a plain scalar written on its key's or
+// item's line (without a trailing comment); ok is false when the fast path
+// declines it.
+func plainScalar(s string) (string, bool) {
+	if !plainStart(s) {
+		return "", false
 	}
 	if c := strings.Index(s, " #"); c >= 0 {
 		s = strings.TrimRight(s[:c], " ")
 	}
 	if strings.Contains(s, ": ") || strings.HasSuffix(s, ":") {
-		return nil, false
+		return "", false
 	}
-	return resolvePlain(s)
+	return s, true
 }
 
 // endOfLine says whether what follows a value is only spaces and a comment.

@@ -100,13 +100,8 @@ func (t *yamlTranscoder) inline(rest string, indent int) (s string, isString, ok
 		t.dst, _ = jsonenc.AppendValue(t.dst, v)
 		return "", false, true
 	}
-	if !plainStart(rest) {
-		return "", false, false
-	}
-	if c := strings.Index(rest, " #"); c >= 0 {
-		rest = strings.TrimRight(rest[:c], " ")
-	}
-	if strings.Contains(rest, ": ") || strings.HasSuffix(rest, ":") {
+	rest, ok = plainScalar(rest)
+	if !ok {
 		return "", false, false
 	}
 	k, n, ok := resolvePlainKind(rest)

@@ -235,7 +235,11 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 	fin := newFinisher(out, o.output)
 	start := time.Now()
 	if o.server != "" {
-		in, err := loadRemoteInputs(args, o.resources, o.exceptions, o.operation, mode)
+		read, err := loadInputs(args, o.resources, o.exceptions)
+		if err != nil {
+			return err
+		}
+		in, err := remoteInputsOf(read, o.operation, mode)
 		if err != nil {
 			return err
 		}

@@ -237,33 +237,34 @@ type remoteResource struct {
 	request *arbiterv1.DecideRequest
 }
 
-// loadRemoteInputs reads apply --server's paths as loadInputs does, keeping
-// each resource as JSON rather than data. Policy objects are refused (the
-// policies are the server's: try them with --candidate).
-func loadRemoteInputs(paths, resourcePaths, exceptionPaths []string, operation string, mode engine.Mode) (*remoteInputs, error) {
-	in := &remoteInputs{namespaces: map[string]*structpb.Struct{}}
-	addNamespace := func(o *engine.Object, d *manifest.RawDocument) error {
-		content, err := d.Content()
-		if err == nil {
-			var st *structpb.Struct
-			if st, err = structpb.NewStruct(content); err == nil {
-				in.namespaces[o.Name] = st
-				return nil
-			}
+// remoteInputsOf makes apply --server's inputs of what loadInputs read:
+// each resource's request carries its JSON (the data is the server's to
+// build); Namespace objects go with the requests in them; policy objects
+// are refused (the policies are the server's: try them with --candidate).
+func remoteInputsOf(in *inputs, operation string, mode engine.Mode) (*remoteInputs, error) {
+	out := &remoteInputs{namespaces: map[string]*structpb.Struct{}}
+	for _, o := range in.objects {
+		if engine.Classify(o) != engine.ClassNamespace {
+			return nil, exitWith(exitLoad, "%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
 		}
-		return exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
-	}
-	addResource := func(o *engine.Object, d *manifest.RawDocument) error {
-		js, err := d.Encoded()
+		st, err := structpb.NewStruct(o.Content)
 		if err != nil {
-			return exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
+			return nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
+		}
+		out.namespaces[o.Name] = st
+	}
+	for _, r := range in.resources {
+		o := r.object
+		js, err := r.doc.Encoded()
+		if err != nil {
+			return nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
 		}
 		// requestFor needs only the identity of the object: the head.
 		req, err := requestFor(&engine.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
 			Content: map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "metadata": map[string]any{"name": o.Name, "namespace": o.Namespace}}},
 			operation, mode)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var object, oldObject []byte
 		if req.Object != nil {
@@ -272,56 +273,7 @@ func loadRemoteInputs(paths, resourcePaths, exceptionPaths []string, operation s
 		if req.OldObject != nil {
 			oldObject = js
 		}
-		in.resources = append(in.resources, remoteResource{object: o, request: protoRequestJSON(req, object, oldObject)})
-		return nil
+		out.resources = append(out.resources, remoteResource{object: o, request: protoRequestJSON(req, object, oldObject)})
 	}
-	policyObject := func(o *engine.Object) error {
-		return exitWith(exitLoad, "%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
-	}
-	for _, set := range []struct {
-		paths []string
-		add   func(o *engine.Object, d *manifest.RawDocument) error
-	}{
-		{paths, func(o *engine.Object, d *manifest.RawDocument) error {
-			switch engine.Classify(o) {
-			case engine.ClassResource:
-				return addResource(o, d)
-			case engine.ClassNamespace:
-				return addNamespace(o, d)
-			}
-			return policyObject(o)
-		}},
-		{resourcePaths, func(o *engine.Object, d *manifest.RawDocument) error {
-			switch engine.Classify(o) {
-			case engine.ClassResource:
-				return addResource(o, d)
-			case engine.ClassNamespace:
-				if err := addNamespace(o, d); err != nil {
-					return err
-				}
-				return addResource(o, d)
-			}
-			return exitWith(exitLoad, "%s: %s is a policy object, not a resource", o.Source, o.Ref())
-		}},
-		{exceptionPaths, func(o *engine.Object, d *manifest.RawDocument) error {
-			if engine.Classify(o) != engine.ClassException {
-				return exitWith(exitLoad, "%s: %s is not a PolicyException", o.Source, o.Ref())
-			}
-			return policyObject(o)
-		}},
-	} {
-		if len(set.paths) == 0 {
-			continue
-		}
-		docs, err := readDocuments(set.paths)
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range docs {
-			if err := set.add(headObject(d), d); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return in, nil
+	return out, nil
 }

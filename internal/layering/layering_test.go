@@ -43,10 +43,25 @@ func TestEngineIsPure(t *testing.T) {
 			}
 		}
 	}
-	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./engine/...") {
+	deps := list(t, `{{join .Deps "\n"}}`, "./engine/...")
+	var ours []string
+	for _, dep := range deps {
 		for _, b := range []string{"google.golang.org/grpc", "go.etcd.io/bbolt", module + "/server", module + "/store", module + "/client"} {
 			if dep == b || strings.HasPrefix(dep, b+"/") {
 				t.Errorf("the engine links %s", dep)
+			}
+		}
+		if strings.HasPrefix(dep, module+"/") {
+			ours = append(ours, dep)
+		}
+	}
+	// Nor does any Arbiter package the engine links (internal helpers):
+	// net/http reaches the engine only through the Kubernetes libraries.
+	for _, line := range list(t, `{{.ImportPath}} {{join .Imports " "}}`, ours...) {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			if imp == "net/http" || strings.HasPrefix(imp, "net/http/") {
+				t.Errorf("%s, which the engine links, imports %s", f[0], imp)
 			}
 		}
 	}

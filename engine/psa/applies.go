@@ -47,7 +47,7 @@ func (c *Config) NamespaceUses(name string, labels map[string]string) []Use {
 	return uses(p, true)
 }
 
-// Applies returns the levels and versions at which Pod Security would
+// applies returns the levels and versions at which Pod Security would
 // check a request, with the modes that use them, without checking it:
 // none when it does not handle the request (another operation or
 // resource, an ignored subresource, a ReplicationController without a
@@ -60,14 +60,14 @@ func (c *Config) NamespaceUses(name string, labels map[string]string) []Use {
 //
 // For a Namespace it returns the levels its labels (with the defaults)
 // put in effect for the Pods and workload resources created in it: Pod
-// Security checks a Namespace's labels, not its content. req.Namespace of
+// Security checks a Namespace's labels, not its content. req.namespace of
 // a Namespace request is its name (kube-apiserver sets it so).
-func (c *Config) Applies(req *Request) []Use {
+func (c *Config) applies(req *input) []Use {
 	if req.Operation != "CREATE" && req.Operation != "UPDATE" {
 		return nil
 	}
 	switch {
-	case req.Resource == namespacesResource:
+	case req.gr == namespacesResource:
 		if req.SubResource != "" {
 			return nil
 		}
@@ -75,29 +75,29 @@ func (c *Config) Applies(req *Request) []Use {
 		if err := decode(req.Object, &namespace); err != nil {
 			return nil
 		}
-		return c.NamespaceUses(req.Namespace, namespace.Labels)
-	case req.Resource == podsResource:
+		return c.NamespaceUses(req.namespace, namespace.Labels)
+	case req.gr == podsResource:
 		if ignoredPodSubresources[req.SubResource] {
 			return nil
 		}
-		if c.exemptNamespace(req.Namespace) || c.exemptUser(req.Username) {
+		if c.exemptNamespace(req.namespace) || c.exemptUser(req.UserInfo.Username) {
 			return nil
 		}
 		var pod corev1.Pod
 		if err := decodePod(req.Object, &pod); err == nil && c.exemptRuntimeClass(pod.Spec.RuntimeClassName) {
 			return nil
 		}
-		p, _ := api.PolicyToEvaluate(req.NamespaceLabels, c.defaults)
+		p, _ := api.PolicyToEvaluate(req.nsLabels, c.defaults)
 		return uses(p, true)
-	case podSpecResources[req.Resource]:
-		if req.SubResource != "" || c.exemptNamespace(req.Namespace) || c.exemptUser(req.Username) {
+	case podSpecResources[req.gr]:
+		if req.SubResource != "" || c.exemptNamespace(req.namespace) || c.exemptUser(req.UserInfo.Username) {
 			return nil
 		}
-		meta, spec, err := extractPodSpec(req.Resource, req.Object)
+		meta, spec, err := extractPodSpec(req.gr, req.Object)
 		if err == nil && (meta == nil && spec == nil || c.exemptRuntimeClass(spec.RuntimeClassName)) {
 			return nil
 		}
-		p, _ := api.PolicyToEvaluate(req.NamespaceLabels, c.defaults)
+		p, _ := api.PolicyToEvaluate(req.nsLabels, c.defaults)
 		return uses(p, false)
 	}
 	return nil

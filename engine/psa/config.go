@@ -45,19 +45,19 @@ type Config struct {
 // configuration file: privileged:latest for enforce, audit and warn, no
 // exemptions.
 func DefaultConfig() *Config {
-	c, errs := Compile(&apiv1.PodSecurityConfiguration{})
+	c, errs := CompileConfig(&apiv1.PodSecurityConfiguration{})
 	if len(errs) > 0 {
 		panic(errs.ToAggregate())
 	}
 	return c
 }
 
-// Compile defaults, converts and validates a configuration as
+// CompileConfig defaults, converts and validates a configuration as
 // kube-apiserver does when it loads one (scheme defaults, then
 // validation.ValidatePodSecurityConfiguration, then api.ToPolicy for the
 // defaults). The errors are field errors (defaults.enforce,
 // exemptions.usernames[0], ...).
-func Compile(external *apiv1.PodSecurityConfiguration) (*Config, field.ErrorList) {
+func CompileConfig(external *apiv1.PodSecurityConfiguration) (*Config, field.ErrorList) {
 	external = external.DeepCopy()
 	scheme.Scheme.Default(external)
 	var internal admissionapi.PodSecurityConfiguration

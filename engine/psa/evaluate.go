@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
+
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 )
 
 // Modes of a namespace's policy.
@@ -65,27 +67,22 @@ var checks = sync.OnceValue(func() policy.Evaluator {
 	return e
 })
 
-// Request is an admission request as Pod Security Admission sees it.
-type Request struct {
-	// Operation is CREATE, UPDATE, DELETE or CONNECT; only CREATE and
-	// UPDATE are handled (the plugin registers for those).
-	Operation   string
-	Resource    schema.GroupResource
-	Kind        schema.GroupKind
-	SubResource string
-	Name        string
-	Namespace   string
-	// Username is the requesting (or impersonated) user.
-	Username  string
-	Object    map[string]any
-	OldObject map[string]any
-	// NamespaceLabels are the labels of the request's Namespace; nil when
-	// it has none or is not known (the configured defaults apply).
-	NamespaceLabels map[string]string
-	// Exceptions consults the PolicyExceptions of a level; nil means none.
+// input is an admission request as Pod Security Admission sees it.
+type input struct {
+	*admission.Request
+	gr schema.GroupResource
+	gk schema.GroupKind
+	// namespace is the request's namespace; a Namespace's own name for a
+	// Namespace (kube-apiserver admits a Namespace with the request's
+	// namespace set to its name).
+	namespace string
+	// nsLabels are the labels of the request's Namespace; nil when it has
+	// none or is not known (the configured defaults apply).
+	nsLabels map[string]string
+	// exceptions consults the PolicyExceptions of a level; nil means none.
 	// It is called at most once per level, only for a level that is about
 	// to be checked.
-	Exceptions func(level api.Level) ExceptionOutcome
+	exceptions func(level api.Level) ExceptionOutcome
 }
 
 // ExceptionOutcome is what the PolicyExceptions of a level say about a request.
@@ -187,19 +184,19 @@ var ignoredPodSubresources = map[string]bool{
 	"status":      true,
 }
 
-// Evaluate decides a request as kube-apiserver's PodSecurity admission
+// evaluate decides a request as kube-apiserver's PodSecurity admission
 // plugin does with configuration c.
-func (c *Config) Evaluate(req *Request) *Response {
+func (c *Config) evaluate(req *input) *Response {
 	if req.Operation != "CREATE" && req.Operation != "UPDATE" {
 		return &Response{Allowed: true}
 	}
-	switch req.Resource {
+	switch req.gr {
 	case namespacesResource:
 		return c.validateNamespace(req)
 	case podsResource:
 		return c.validatePod(req)
 	}
-	if podSpecResources[req.Resource] {
+	if podSpecResources[req.gr] {
 		return c.validatePodController(req)
 	}
 	return &Response{Allowed: true}
@@ -211,7 +208,7 @@ func allowed() *Response { return &Response{Handled: true, Allowed: true} }
 // existing Pods of a namespace whose enforce level is tightened (Arbiter
 // stores no Pods: that check finds none, as upstream with an empty
 // namespace).
-func (c *Config) validateNamespace(req *Request) *Response {
+func (c *Config) validateNamespace(req *input) *Response {
 	if req.SubResource != "" {
 		return allowed()
 	}
@@ -225,7 +222,7 @@ func (c *Config) validateNamespace(req *Request) *Response {
 		if len(newErrs) > 0 {
 			return invalidResponse(req, newErrs)
 		}
-		if c.exemptNamespace(req.Namespace) {
+		if c.exemptNamespace(req.namespace) {
 			if w := c.exemptNamespaceWarning(namespace.Name, newPolicy, namespace.Labels); w != "" {
 				r := allowed()
 				r.Warnings = append(r.Warnings, w)
@@ -252,7 +249,7 @@ func (c *Config) validateNamespace(req *Request) *Response {
 			api.CompareLevels(newPolicy.Enforce.Level, oldPolicy.Enforce.Level) < 1 {
 			return allowed()
 		}
-		if c.exemptNamespace(req.Namespace) {
+		if c.exemptNamespace(req.namespace) {
 			if w := c.exemptNamespaceWarning(namespace.Name, newPolicy, namespace.Labels); w != "" {
 				r := allowed()
 				r.Warnings = append(r.Warnings, w)
@@ -303,16 +300,16 @@ func (c *Config) exemptNamespaceWarning(exemptNamespace string, p api.Policy, ns
 }
 
 // validatePod is admission.ValidatePod.
-func (c *Config) validatePod(req *Request) *Response {
+func (c *Config) validatePod(req *input) *Response {
 	if ignoredPodSubresources[req.SubResource] {
 		return allowed()
 	}
-	nsPolicy, nsPolicyErrs := api.PolicyToEvaluate(req.NamespaceLabels, c.defaults)
-	if c.exemptNamespace(req.Namespace) {
-		return exempt(ExemptNamespace, fmt.Sprintf("namespace %q is exempt", req.Namespace), nsPolicy, true)
+	nsPolicy, nsPolicyErrs := api.PolicyToEvaluate(req.nsLabels, c.defaults)
+	if c.exemptNamespace(req.namespace) {
+		return exempt(ExemptNamespace, fmt.Sprintf("namespace %q is exempt", req.namespace), nsPolicy, true)
 	}
-	if c.exemptUser(req.Username) {
-		return exempt(ExemptUser, fmt.Sprintf("user %q is exempt", req.Username), nsPolicy, true)
+	if c.exemptUser(req.UserInfo.Username) {
+		return exempt(ExemptUser, fmt.Sprintf("user %q is exempt", req.UserInfo.Username), nsPolicy, true)
 	}
 	if len(nsPolicyErrs) == 0 && nsPolicy.FullyPrivileged() {
 		r := allowed()
@@ -347,21 +344,21 @@ func (c *Config) validatePod(req *Request) *Response {
 }
 
 // validatePodController is admission.ValidatePodController.
-func (c *Config) validatePodController(req *Request) *Response {
+func (c *Config) validatePodController(req *input) *Response {
 	if req.SubResource != "" {
 		return allowed()
 	}
-	nsPolicy, nsPolicyErrs := api.PolicyToEvaluate(req.NamespaceLabels, c.defaults)
-	if c.exemptNamespace(req.Namespace) {
-		return exempt(ExemptNamespace, fmt.Sprintf("namespace %q is exempt", req.Namespace), nsPolicy, false)
+	nsPolicy, nsPolicyErrs := api.PolicyToEvaluate(req.nsLabels, c.defaults)
+	if c.exemptNamespace(req.namespace) {
+		return exempt(ExemptNamespace, fmt.Sprintf("namespace %q is exempt", req.namespace), nsPolicy, false)
 	}
-	if c.exemptUser(req.Username) {
-		return exempt(ExemptUser, fmt.Sprintf("user %q is exempt", req.Username), nsPolicy, false)
+	if c.exemptUser(req.UserInfo.Username) {
+		return exempt(ExemptUser, fmt.Sprintf("user %q is exempt", req.UserInfo.Username), nsPolicy, false)
 	}
 	if len(nsPolicyErrs) == 0 && nsPolicy.Warn.Level == api.LevelPrivileged && nsPolicy.Audit.Level == api.LevelPrivileged {
 		return allowed()
 	}
-	meta, spec, err := extractPodSpec(req.Resource, req.Object)
+	meta, spec, err := extractPodSpec(req.gr, req.Object)
 	if err != nil {
 		r := allowed()
 		r.AuditAnnotations = map[string]string{AnnotationError: fmt.Sprintf("failed to decode object: %v", err)}
@@ -399,7 +396,7 @@ type lvResult struct {
 // evaluation is one evaluatePod: check results by level and version, and
 // exception outcomes by level.
 type evaluation struct {
-	req   *Request
+	req   *input
 	meta  *metav1.ObjectMeta
 	spec  *corev1.PodSpec
 	cache map[api.LevelVersion]*lvResult
@@ -413,10 +410,10 @@ func (e *evaluation) check(lv api.LevelVersion) *lvResult {
 	r := &lvResult{allowed: true, outcome: OutcomePass}
 	if lv.Level != api.LevelPrivileged {
 		var eo ExceptionOutcome
-		if e.req.Exceptions != nil {
+		if e.req.exceptions != nil {
 			var ok bool
 			if eo, ok = e.exc[lv.Level]; !ok {
-				eo = e.req.Exceptions(lv.Level)
+				eo = e.req.exceptions(lv.Level)
 				if e.exc == nil {
 					e.exc = map[api.Level]ExceptionOutcome{}
 				}
@@ -447,7 +444,7 @@ func (e *evaluation) check(lv api.LevelVersion) *lvResult {
 
 // evaluatePod is admission.EvaluatePod, with the PolicyExceptions of each
 // level consulted before its checks.
-func (c *Config) evaluatePod(req *Request, nsPolicy api.Policy, nsPolicyErr error, meta *metav1.ObjectMeta, spec *corev1.PodSpec, enforce bool) *Response {
+func (c *Config) evaluatePod(req *input, nsPolicy api.Policy, nsPolicyErr error, meta *metav1.ObjectMeta, spec *corev1.PodSpec, enforce bool) *Response {
 	if c.exemptRuntimeClass(spec.RuntimeClassName) {
 		return exempt(ExemptRuntimeClass, fmt.Sprintf("runtime class %q is exempt", *spec.RuntimeClassName), nsPolicy, enforce)
 	}
@@ -460,7 +457,7 @@ func (c *Config) evaluatePod(req *Request, nsPolicy api.Policy, nsPolicyErr erro
 	if enforce {
 		annotations[AnnotationEnforcePolicy] = nsPolicy.Enforce.String()
 		if r := e.check(nsPolicy.Enforce); !r.allowed {
-			st := apierrors.NewForbidden(req.Resource, req.Name, fmt.Errorf("violates PodSecurity %q: %s", nsPolicy.Enforce.String(), r.detail)).ErrStatus
+			st := apierrors.NewForbidden(req.gr, req.Name, fmt.Errorf("violates PodSecurity %q: %s", nsPolicy.Enforce.String(), r.detail)).ErrStatus
 			resp.Allowed, resp.Code, resp.Reason, resp.Message = false, st.Code, string(st.Reason), st.Message
 		}
 	}
@@ -553,8 +550,8 @@ func errorResponse(err error, status metav1.Status, results []Result) *Response 
 
 // invalidResponse is admission's denial of a Namespace with invalid Pod
 // Security labels.
-func invalidResponse(req *Request, errs field.ErrorList) *Response {
-	st := apierrors.NewInvalid(req.Kind, req.Name, errs).ErrStatus
+func invalidResponse(req *input, errs field.ErrorList) *Response {
+	st := apierrors.NewInvalid(req.gk, req.Name, errs).ErrStatus
 	return &Response{
 		Handled: true, Code: st.Code, Reason: string(st.Reason), Message: st.Message,
 		Results: []Result{{Outcome: OutcomeFail, Message: errs.ToAggregate().Error()}},

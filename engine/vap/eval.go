@@ -27,50 +27,9 @@ import (
 	"k8s.io/apiserver/pkg/cel/common"
 	"k8s.io/apiserver/pkg/cel/lazy"
 	"k8s.io/apiserver/pkg/cel/library"
+
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 )
-
-// Admission operations.
-const (
-	OpCreate  = "CREATE"
-	OpUpdate  = "UPDATE"
-	OpDelete  = "DELETE"
-	OpConnect = "CONNECT"
-)
-
-// UserInfo is the requesting user.
-type UserInfo struct {
-	Username string
-	UID      string
-	Groups   []string
-	Extra    map[string][]string
-}
-
-// Request is one admission request, as the API server's admission
-// attributes describe it.
-type Request struct {
-	Operation string
-	// Object is the object of the request (nil for DELETE), OldObject the
-	// existing one (UPDATE, DELETE).
-	Object    map[string]any
-	OldObject map[string]any
-	// Kind and Resource are those of the request as the client sent it.
-	Kind        schema.GroupVersionKind
-	Resource    schema.GroupVersionResource
-	SubResource string
-	Name        string
-	Namespace   string
-	UserInfo    UserInfo
-	DryRun      bool
-	// Options are the operation's options (CreateOptions, ...), or nil.
-	Options map[string]any
-	// NamespaceObject is the request's Namespace when the caller has it;
-	// otherwise the Namespace the set holds, or one labelled
-	// kubernetes.io/metadata.name.
-	NamespaceObject map[string]any
-	// Trace, when set, receives every expression evaluated and a note for
-	// every policy and binding considered (it does not change the outcome).
-	Trace func(Step)
-}
 
 // Decision actions and evaluations (the validating plugin's words).
 const (
@@ -114,9 +73,14 @@ type validateResult struct {
 type evalRequest struct {
 	ctx context.Context
 	set *Set
-	req *Request
+	req *admission.Request
+	// gvk, gvr and sub are the kind, resource and subresource of the
+	// request as the client sent it.
 	gvk schema.GroupVersionKind
 	gvr schema.GroupVersionResource
+	sub string
+	// trace receives every evaluation and note (nil: not traced).
+	trace func(Step)
 	ns  *corev1.Namespace
 	// nsRestricted is the namespace as validations see it (the plugin's
 	// CreateNamespaceObject); nil for cluster-scoped requests and requests
@@ -133,7 +97,7 @@ type evalRequest struct {
 	// values (stateless: shared by every pass of the request).
 	authorizer, requestResourceAuthorizer ref.Val
 	// tracePolicy, traceBinding and traceParam name what is being
-	// evaluated, for Request.Trace.
+	// evaluated, for traces.
 	tracePolicy, traceBinding, traceParam string
 }
 
@@ -144,7 +108,7 @@ type requestKey struct {
 
 func (rq *evalRequest) operation() string                     { return rq.req.Operation }
 func (rq *evalRequest) resource() schema.GroupVersionResource { return rq.gvr }
-func (rq *evalRequest) subresource() string                   { return rq.req.SubResource }
+func (rq *evalRequest) subresource() string                   { return rq.sub }
 func (rq *evalRequest) namespace() string                     { return rq.req.Namespace }
 func (rq *evalRequest) name() string                          { return rq.req.Name }
 
@@ -153,7 +117,7 @@ func (rq *evalRequest) name() string                          { return rq.req.Na
 func (rq *evalRequest) GetName() string                          { return rq.req.Name }
 func (rq *evalRequest) GetNamespace() string                     { return rq.req.Namespace }
 func (rq *evalRequest) GetResource() schema.GroupVersionResource { return rq.gvr }
-func (rq *evalRequest) GetSubresource() string                   { return rq.req.SubResource }
+func (rq *evalRequest) GetSubresource() string                   { return rq.sub }
 
 // namespaceContent returns the request's Namespace: given, held by the
 // set, or synthesized.
@@ -283,10 +247,10 @@ func (rq *evalRequest) requestValue(gvr schema.GroupVersionResource, gvk schema.
 	ar := &admissionv1.AdmissionRequest{
 		Kind:               metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
 		Resource:           metav1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource},
-		SubResource:        r.SubResource,
+		SubResource:        rq.sub,
 		RequestKind:        &metav1.GroupVersionKind{Group: rq.gvk.Group, Version: rq.gvk.Version, Kind: rq.gvk.Kind},
 		RequestResource:    &metav1.GroupVersionResource{Group: rq.gvr.Group, Version: rq.gvr.Version, Resource: rq.gvr.Resource},
-		RequestSubResource: r.SubResource,
+		RequestSubResource: rq.sub,
 		Name:               r.Name,
 		Namespace:          r.Namespace,
 		Operation:          admissionv1.Operation(r.Operation),
@@ -471,11 +435,11 @@ func (p *Policy) pass(rq *evalRequest, results []plugincel.CompilationResult, in
 			}
 			comp.cost += cost
 			if err != nil {
-				rq.trace(Step{Phase: PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Err: err.Error()})
+				rq.note(Step{Phase: PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Err: err.Error()})
 				return celtypes.NewErr("composited variable %q fails to evaluate: %v", v.name, err)
 			}
 			if rq.traceOn() {
-				rq.trace(Step{Phase: PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Value: val})
+				rq.note(Step{Phase: PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Value: val})
 			}
 			return val
 		})
@@ -569,7 +533,7 @@ func (p *Policy) validate(rq *evalRequest, gvr schema.GroupVersionResource, gvk 
 		results, _, err := p.pass(rq, p.matchConditions, passInputs{gvr: rq.gvr, gvk: gvk, param: param, authorizer: true, namespace: namespaceNull},
 			celconfig.RuntimeCELCostBudgetMatchConditions)
 		if err != nil {
-			rq.trace(Step{Phase: PhaseMatchCondition, Err: err.Error()})
+			rq.note(Step{Phase: PhaseMatchCondition, Err: err.Error()})
 			if p.failurePolicy == admissionregistrationv1.Ignore {
 				return validateResult{skipped: true}
 			}

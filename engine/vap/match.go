@@ -7,6 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 )
 
 // matcher is a compiled MatchResources, evaluated as kube-apiserver's
@@ -88,7 +90,7 @@ func (m *matcher) matchRules(rules []admissionregistrationv1.NamedRuleWithOperat
 	if !m.equivalent {
 		return false, schema.GroupVersionResource{}, schema.GroupVersionKind{}
 	}
-	equivalents := equivalentResources(rq.gvr, rq.req.SubResource)
+	equivalents := equivalentResources(rq.gvr, rq.sub)
 	for i := range rules {
 		for _, eq := range equivalents {
 			if eq.gvr == rq.gvr {
@@ -205,7 +207,7 @@ func (rq *evalRequest) matchNamespace(sel labels.Selector) bool {
 	if r.Namespace == "" && rq.gvr.Resource != "namespaces" {
 		return true
 	}
-	if rq.gvr.Resource == "namespaces" && r.SubResource == "" && (r.Operation == OpCreate || r.Operation == OpUpdate) {
+	if rq.gvr.Resource == "namespaces" && r.SubResource == "" && (r.Operation == admission.OpCreate || r.Operation == admission.OpUpdate) {
 		return sel.Matches(objectLabels(r.Object))
 	}
 	return sel.Matches(objectLabels(rq.namespaceContent()))

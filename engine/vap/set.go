@@ -15,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Param is a param object: an object of a kind some policy's paramKind names.
@@ -58,6 +61,8 @@ type Set struct {
 	// resource name; wildcard those with a "*" resource.
 	byResource map[string][]*entry
 	wildcard   []*entry
+	// paramObjects are the objects the params were taken from (Compile).
+	paramObjects map[*manifest.Object]bool
 }
 
 type heldNamespace struct {
@@ -243,8 +248,8 @@ func (d Denial) Text() string {
 	return fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", d.Policy, d.Binding, d.Message)
 }
 
-// Outcome is what the set decides for a request.
-type Outcome struct {
+// Verdict is what the set decides for a request.
+type Verdict struct {
 	Results []Result
 	// Denials in evaluation order; kube-apiserver reports the first.
 	Denials  []Denial
@@ -284,6 +289,9 @@ var (
 
 // Empty says whether the set has no policy with a binding.
 func (s *Set) Empty() bool {
+	if s == nil {
+		return true
+	}
 	for _, e := range s.entries {
 		if len(e.bindings) > 0 {
 			return false
@@ -292,17 +300,21 @@ func (s *Set) Empty() bool {
 	return true
 }
 
-// Evaluate decides a request: every policy, binding and param, in order.
-func (s *Set) Evaluate(ctx context.Context, req *Request) *Outcome {
-	out := &Outcome{}
-	if admissionConfigResources[req.Resource.GroupResource()] {
+// Decide decides a request as the API server's validating admission
+// policy plugin does: every policy, binding and param, in order. The
+// request's kind, resource and subresource are those the client sent
+// (Request.Requested); trace, when not nil, receives every evaluation.
+func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Step)) *Verdict {
+	out := &Verdict{}
+	gvk, gvr, sub := req.Requested()
+	if admissionConfigResources[gvr.GroupResource()] {
 		return out
 	}
-	cands := s.candidates(req.Resource.Resource)
+	cands := s.candidates(gvr.Resource)
 	if len(cands) == 0 {
 		return out
 	}
-	rq := &evalRequest{ctx: ctx, set: s, req: req, gvk: req.Kind, gvr: req.Resource}
+	rq := &evalRequest{ctx: ctx, set: s, req: req, gvk: gvk, gvr: gvr, sub: sub, trace: trace}
 	rq.userInfo = &user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups, Extra: req.UserInfo.Extra}
 	var failures []validationFailure
 	for _, e := range cands {
@@ -316,7 +328,7 @@ func (s *Set) Evaluate(ctx context.Context, req *Request) *Outcome {
 		}
 		if rq.traceOn() {
 			rq.tracePolicy, rq.traceBinding, rq.traceParam = p.Name, "", ""
-			rq.trace(Step{Phase: PhaseMatch, Note: "matched the policy's matchConstraints as " + gvk.GroupVersion().String() + " " + gvk.Kind})
+			rq.note(Step{Phase: PhaseMatch, Note: "matched the policy's matchConstraints as " + gvk.GroupVersion().String() + " " + gvk.Kind})
 		}
 		collector := map[string][]string{}
 		var keys []string
@@ -324,7 +336,7 @@ func (s *Set) Evaluate(ctx context.Context, req *Request) *Outcome {
 			rq.traceBinding, rq.traceParam = b.Name, ""
 			if b.match != nil {
 				if ok, _, _ := b.match.matches(rq); !ok {
-					rq.trace(Step{Phase: PhaseBindingMatch, Note: "the binding's matchResources do not match: not evaluated"})
+					rq.note(Step{Phase: PhaseBindingMatch, Note: "the binding's matchResources do not match: not evaluated"})
 					continue
 				}
 			}
@@ -350,7 +362,7 @@ func (s *Set) Evaluate(ctx context.Context, req *Request) *Outcome {
 				}
 				vr := p.validate(rq, gvr, gvk, param)
 				if vr.skipped {
-					rq.trace(Step{Phase: PhaseResult, Note: "skipped: a matchCondition is false (or failed with failurePolicy Ignore)"})
+					rq.note(Step{Phase: PhaseResult, Note: "skipped: a matchCondition is false (or failed with failurePolicy Ignore)"})
 					continue
 				}
 				evaluated = true
@@ -421,7 +433,7 @@ func (s *Set) Evaluate(ctx context.Context, req *Request) *Outcome {
 				if res.Result == ResultFail || res.Result == ResultError {
 					note += " (validationActions " + strings.Join(res.Actions, ", ") + ")"
 				}
-				rq.trace(Step{Phase: PhaseResult, Note: note})
+				rq.note(Step{Phase: PhaseResult, Note: note})
 			}
 			out.Results = append(out.Results, res)
 		}

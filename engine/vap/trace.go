@@ -31,15 +31,15 @@ type Step struct {
 }
 
 // traceOn says whether the request is traced.
-func (rq *evalRequest) traceOn() bool { return rq.req.Trace != nil }
+func (rq *evalRequest) traceOn() bool { return rq.trace != nil }
 
-// trace records a step for the policy, binding and param being evaluated.
-func (rq *evalRequest) trace(s Step) {
-	if rq.req.Trace == nil {
+// note records a step for the policy, binding and param being evaluated.
+func (rq *evalRequest) note(s Step) {
+	if rq.trace == nil {
 		return
 	}
 	s.Policy, s.Binding, s.Param = rq.tracePolicy, rq.traceBinding, rq.traceParam
-	rq.req.Trace(s)
+	rq.trace(s)
 }
 
 // traceResults records the evaluations of one pass (placeholders left out).
@@ -58,7 +58,7 @@ func (rq *evalRequest) traceResults(phase string, names func(i int) string, resu
 		if ev.err != nil {
 			s.Err, s.Value = ev.err.Error(), nil
 		}
-		rq.trace(s)
+		rq.note(s)
 	}
 }
 

@@ -1,4 +1,4 @@
-package engine
+package admission
 
 import (
 	"fmt"
@@ -9,11 +9,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// matcher is a compiled matchConstraints (admissionregistration/v1
+// Matcher is a compiled matchConstraints (admissionregistration/v1
 // MatchResources), evaluated as Kyverno's matcher does: namespaceSelector,
 // objectSelector, excludeResourceRules, resourceRules (empty matches),
 // resourceNames with the generateName fallback.
-type matcher struct {
+type Matcher struct {
 	namespaceSelector labels.Selector // nil: everything
 	objectSelector    labels.Selector // nil: everything
 	rules             []compiledRule
@@ -29,8 +29,10 @@ type compiledRule struct {
 	names      []string
 }
 
-func compileMatch(mr *admissionregistrationv1.MatchResources, field string) (*matcher, string, error) {
-	m := &matcher{}
+// CompileMatch compiles a matchConstraints; on error it returns the path of
+// the offending selector under field.
+func CompileMatch(mr *admissionregistrationv1.MatchResources, field string) (*Matcher, string, error) {
+	m := &Matcher{}
 	var err error
 	if m.namespaceSelector, err = compileSelector(mr.NamespaceSelector); err != nil {
 		return nil, field + ".namespaceSelector", err
@@ -38,9 +40,8 @@ func compileMatch(mr *admissionregistrationv1.MatchResources, field string) (*ma
 	if m.objectSelector, err = compileSelector(mr.ObjectSelector); err != nil {
 		return nil, field + ".objectSelector", err
 	}
-	for i, r := range mr.ResourceRules {
+	for _, r := range mr.ResourceRules {
 		m.rules = append(m.rules, compileRule(r))
-		_ = i
 	}
 	for _, r := range mr.ExcludeResourceRules {
 		m.exclude = append(m.exclude, compileRule(r))
@@ -90,8 +91,7 @@ func exactOrWildcard(items []string, requested string) bool {
 	return false
 }
 
-func (c *compiledRule) matches(rq *evalRequest) bool {
-	r := rq.req
+func (c *compiledRule) matches(r *Request) bool {
 	isNamespaceResource := r.Resource.Group == "" && r.Resource.Version == "v1" && r.Resource.Resource == "namespaces"
 	switch c.scope {
 	case "", admissionregistrationv1.AllScopes:
@@ -120,14 +120,14 @@ func (c *compiledRule) matches(rq *evalRequest) bool {
 	return false
 }
 
-func (c *compiledRule) matchesName(rq *evalRequest) bool {
+func (c *compiledRule) matchesName(r *Request) bool {
 	if len(c.names) == 0 {
 		return true
 	}
-	name := rq.req.Name
+	name := r.Name
 	if name == "" {
 		generateName := ""
-		if md, ok := rq.req.Object["metadata"].(map[string]any); ok {
+		if md, ok := r.Object["metadata"].(map[string]any); ok {
 			generateName, _ = md["generateName"].(string)
 		}
 		if generateName == "" {
@@ -148,35 +148,36 @@ func (c *compiledRule) matchesName(rq *evalRequest) bool {
 	return false
 }
 
-func matchesRules(rules []compiledRule, rq *evalRequest) bool {
+func matchesRules(rules []compiledRule, r *Request) bool {
 	for i := range rules {
-		if rules[i].matches(rq) && rules[i].matchesName(rq) {
+		if rules[i].matches(r) && rules[i].matchesName(r) {
 			return true
 		}
 	}
 	return false
 }
 
-// matches reports whether the request matches. An error is a request whose
-// namespace cannot be known (the namespace object given is another one).
-func (m *matcher) matches(rq *evalRequest) (bool, error) {
+// Matches reports whether the request matches; ns is the request's
+// Namespace object, or nil when it is not known. An error is a request
+// whose namespace cannot be known (ns is another Namespace).
+func (m *Matcher) Matches(r *Request, ns map[string]any) (bool, error) {
 	var nsErr error
 	if m.namespaceSelector != nil {
-		ok, err := rq.matchNamespaceSelector(m.namespaceSelector)
+		ok, err := MatchNamespaceSelector(m.namespaceSelector, r, ns)
 		if !ok && err == nil {
 			return false, nil
 		}
 		nsErr = err
 	}
 	if m.objectSelector != nil {
-		if !labelsMatch(m.objectSelector, rq.req.Object) && !labelsMatch(m.objectSelector, rq.req.OldObject) {
+		if !labelsMatch(m.objectSelector, r.Object) && !labelsMatch(m.objectSelector, r.OldObject) {
 			return false, nil
 		}
 	}
-	if matchesRules(m.exclude, rq) {
+	if matchesRules(m.exclude, r) {
 		return false, nil
 	}
-	if len(m.rules) > 0 && !matchesRules(m.rules, rq) {
+	if len(m.rules) > 0 && !matchesRules(m.rules, r) {
 		return false, nil
 	}
 	if nsErr != nil {
@@ -189,29 +190,30 @@ func labelsMatch(sel labels.Selector, obj map[string]any) bool {
 	if obj == nil {
 		return false
 	}
-	return sel.Matches(objectLabels(obj))
+	return sel.Matches(ObjectLabels(obj))
 }
 
-// objectLabels adapts metadata.labels to labels.Labels without copying.
-type objectLabels map[string]any
+// ObjectLabels adapts an object's metadata.labels to labels.Labels without
+// copying.
+type ObjectLabels map[string]any
 
-func (o objectLabels) labels() map[string]any {
+func (o ObjectLabels) labels() map[string]any {
 	md, _ := map[string]any(o)["metadata"].(map[string]any)
 	l, _ := md["labels"].(map[string]any)
 	return l
 }
 
-func (o objectLabels) Has(label string) bool {
+func (o ObjectLabels) Has(label string) bool {
 	_, ok := o.labels()[label]
 	return ok
 }
 
-func (o objectLabels) Get(label string) string {
+func (o ObjectLabels) Get(label string) string {
 	s, _ := o.labels()[label].(string)
 	return s
 }
 
-func (o objectLabels) Lookup(label string) (string, bool) {
+func (o ObjectLabels) Lookup(label string) (string, bool) {
 	v, ok := o.labels()[label]
 	if !ok {
 		return "", false
@@ -220,21 +222,19 @@ func (o objectLabels) Lookup(label string) (string, bool) {
 	return s, true
 }
 
-// matchNamespaceSelector follows Kyverno's namespace matcher: cluster-scoped
+// MatchNamespaceSelector follows Kyverno's namespace matcher: cluster-scoped
 // requests (other than on Namespaces) match; a Namespace being created or
 // updated is matched by its own labels; otherwise the namespace object's
 // labels, or a synthetic namespace labelled kubernetes.io/metadata.name when
 // none is known.
-func (rq *evalRequest) matchNamespaceSelector(sel labels.Selector) (bool, error) {
-	r := rq.req
+func MatchNamespaceSelector(sel labels.Selector, r *Request, ns map[string]any) (bool, error) {
 	isNamespaces := r.Resource.Resource == "namespaces" && r.Resource.Group == ""
 	if r.Namespace == "" && !isNamespaces {
 		return true, nil
 	}
 	if isNamespaces && r.SubResource == "" && (r.Operation == OpCreate || r.Operation == OpUpdate) {
-		return sel.Matches(objectLabels(r.Object)), nil
+		return sel.Matches(ObjectLabels(r.Object)), nil
 	}
-	ns := rq.namespaceObject
 	if ns == nil {
 		return sel.Matches(labels.Set{"kubernetes.io/metadata.name": r.Namespace}), nil
 	}
@@ -242,5 +242,68 @@ func (rq *evalRequest) matchNamespaceSelector(sel labels.Selector) (bool, error)
 	if name, _ := md["name"].(string); name != r.Namespace {
 		return false, fmt.Errorf("namespaces %q not found", r.Namespace)
 	}
-	return sel.Matches(objectLabels(ns)), nil
+	return sel.Matches(ObjectLabels(ns)), nil
+}
+
+// Resources appends to out the resources the matcher's rules name, as
+// group/version/resource[/subresource] (version/resource for the core
+// group; * where the rule says so), skipping those in seen.
+func (m *Matcher) Resources(seen map[string]bool, out []string) []string {
+	for _, r := range m.rules {
+		for _, g := range r.groups {
+			for _, ver := range r.versions {
+				for _, res := range r.resources {
+					name := res[0]
+					if res[1] != "" {
+						name += "/" + res[1]
+					}
+					key := g + "/" + ver + "/" + name
+					if g == "" {
+						key = ver + "/" + name
+					}
+					if !seen[key] {
+						seen[key] = true
+						out = append(out, key)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// IndexNames returns the resource names the matcher's rules name, for an
+// index by resource; wildcard says that a rule names "*" or that there is
+// no rule (the matcher may match any resource).
+func (m *Matcher) IndexNames() (names []string, wildcard bool) {
+	if len(m.rules) == 0 {
+		return nil, true
+	}
+	for _, r := range m.rules {
+		for _, res := range r.resources {
+			if res[0] == "*" {
+				wildcard = true
+			} else {
+				names = append(names, res[0])
+			}
+		}
+	}
+	return names, wildcard
+}
+
+// MetadataStrings returns the string entries of metadata.<key> (labels,
+// annotations) of an object, or nil when there are none.
+func MetadataStrings(content map[string]any, key string) map[string]string {
+	md, _ := content["metadata"].(map[string]any)
+	m, _ := md[key].(map[string]any)
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if s, ok := v.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
 }

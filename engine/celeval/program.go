@@ -1,7 +1,8 @@
-package engine
+package celeval
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -14,8 +15,8 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 )
 
-// program is one compiled CEL expression.
-type program struct {
+// Program is one compiled CEL expression.
+type Program struct {
 	// tracked tracks cost and enforces the per-call limit; it is planned on
 	// first use (most evaluations run fast).
 	tracked     cel.Program
@@ -39,9 +40,9 @@ type program struct {
 }
 
 // trackedProgram returns the cost-tracking program, planning it on first use.
-func (p *program) trackedProgram() (cel.Program, error) {
+func (p *Program) trackedProgram() (cel.Program, error) {
 	p.trackedOnce.Do(func() {
-		p.tracked, p.trackedErr = p.env.Program(p.ast)
+		p.tracked, p.trackedErr = p.env.Program(p.ast, cel.InterruptCheckFrequency(interruptEvery))
 	})
 	return p.tracked, p.trackedErr
 }
@@ -58,10 +59,10 @@ var requestInputs = map[string]bool{
 // between two calls with the same arguments.
 var impureOverloads = []string{"random", "now"}
 
-// compileExpr compiles expr in the environment pair. want, when not nil, is
+// Compile compiles expr in the environment pair. want, when not nil, is
 // the exact output type required; its error text is Kyverno's. vars are the
 // size bounds of the policy's variables declared so far.
-func compileExpr(pair celenv.Pair, expr string, want *types.Type, vars map[string]sizeBounds) (*program, *cel.Ast, error) {
+func Compile(pair celenv.Pair, expr string, want *types.Type, vars map[string]SizeBounds) (*Program, *cel.Ast, error) {
 	env := pair.Tracked
 	ast, issues := env.Compile(expr)
 	if err := issues.Err(); err != nil {
@@ -70,7 +71,7 @@ func compileExpr(pair celenv.Pair, expr string, want *types.Type, vars map[strin
 	if want != nil && !ast.OutputType().IsExactType(want) {
 		return nil, nil, fmt.Errorf("output is expected to be of type %s", want.TypeName())
 	}
-	p := &program{expr: expr, env: env, ast: ast}
+	p := &Program{expr: expr, env: env, ast: ast}
 	if fast, err := pair.Fast.Program(ast, cel.EvalOptions(cel.OptOptimize)); err == nil {
 		p.fast = fast
 		p.est = estimate(env, ast, vars)
@@ -136,8 +137,8 @@ func canonicalKey(ast *cel.Ast, fallback string) string {
 	return fallback
 }
 
-// evalBool evaluates a program expected to produce a bool.
-func asBool(v ref.Val) (bool, error) {
+// AsBool converts the value of a program expected to produce a bool.
+func AsBool(v ref.Val) (bool, error) {
 	switch b := v.(type) {
 	case types.Bool:
 		return bool(b), nil
@@ -155,7 +156,8 @@ func asBool(v ref.Val) (bool, error) {
 	return b, nil
 }
 
-func asString(v ref.Val) (string, error) {
+// AsString converts the value of a program expected to produce a string.
+func AsString(v ref.Val) (string, error) {
 	switch s := v.(type) {
 	case types.String:
 		return string(s), nil
@@ -172,3 +174,16 @@ func asString(v ref.Val) (string, error) {
 	}
 	return s, nil
 }
+
+// Expr returns the expression's text.
+func (p *Program) Expr() string { return p.expr }
+
+// MemoKey returns the canonical form of a request-pure expression, under
+// which a request memoizes its result when it occurs in more than one
+// place; "" for other expressions.
+func (p *Program) MemoKey() string { return p.memoKey }
+
+var (
+	boolType   = reflect.TypeFor[bool]()
+	stringType = reflect.TypeFor[string]()
+)

@@ -1,25 +1,28 @@
-package engine
+package psa
 
 import (
 	"sort"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	"k8s.io/pod-security-admission/api"
 
-	"github.com/arbiter-pdp/arbiter/engine/psa"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/celeval"
+	"github.com/arbiter-pdp/arbiter/engine/exception"
 )
 
 // Pod Security levels as policies of the inventory (QueryService
 // ListPolicies, GetPolicy, Status) and of Applicable.
 
-// PodSecurityInfo describes a Pod Security level as a policy of kind
+// Info describes a Pod Security level as a policy of kind
 // PodSecurity, for inventories.
-type PodSecurityInfo struct {
+type Info struct {
 	// Level is baseline or restricted.
 	Level string
 	// Uses are where the level is in effect: one per mode and version, in
 	// mode order (enforce, audit, warn), then by version (latest first).
-	Uses []PodSecurityUse
+	Uses []LevelUse
 	// Actions are the modes of Uses as validationActions, in mode order:
 	// enforce → Deny, audit → Audit, warn → Warn.
 	Actions []string
@@ -29,11 +32,11 @@ type PodSecurityInfo struct {
 	// only).
 	Resources []string
 	// Exceptions are the PolicyExceptions naming the level, in order.
-	Exceptions []*Exception
+	Exceptions []*exception.Exception
 }
 
-// PodSecurityUse is a mode and version in which a level is in effect.
-type PodSecurityUse struct {
+// LevelUse is a mode and version in which a level is in effect.
+type LevelUse struct {
 	// Mode is enforce, audit or warn.
 	Mode string
 	// Version is the Pod Security Standards version checked: latest, v1.30.
@@ -59,10 +62,10 @@ var psaWorkloadResources = []string{
 	"batch/v1/jobs", "batch/v1/cronjobs",
 }
 
-var psaModeRank = map[string]int{psa.ModeEnforce: 0, psa.ModeAudit: 1, psa.ModeWarn: 2}
+var psaModeRank = map[string]int{ModeEnforce: 0, ModeAudit: 1, ModeWarn: 2}
 
 // finish sorts the uses and derives the actions and resources from them.
-func (in *PodSecurityInfo) finish() {
+func (in *Info) finish() {
 	sort.SliceStable(in.Uses, func(i, j int) bool {
 		a, b := in.Uses[i], in.Uses[j]
 		if a.Mode != b.Mode {
@@ -77,25 +80,25 @@ func (in *PodSecurityInfo) finish() {
 		has[u.Mode] = true
 	}
 	var modes []string
-	for _, m := range []string{psa.ModeEnforce, psa.ModeAudit, psa.ModeWarn} {
+	for _, m := range []string{ModeEnforce, ModeAudit, ModeWarn} {
 		if has[m] {
 			modes = append(modes, m)
 		}
 	}
 	in.Actions = nil
 	if len(modes) > 0 {
-		in.Actions = psaActions(modes)
+		in.Actions = Actions(modes)
 	}
 	in.Resources = nil
 	if len(modes) > 0 {
 		in.Resources = append(in.Resources, "v1/pods")
 	}
-	if has[psa.ModeAudit] || has[psa.ModeWarn] {
+	if has[ModeAudit] || has[ModeWarn] {
 		in.Resources = append(in.Resources, psaWorkloadResources...)
 	}
 }
 
-// PodSecurityInfos describes the Pod Security levels of the set as
+// Infos describes the Pod Security levels of the set as
 // policies of kind PodSecurity, baseline before restricted: a level is
 // listed when it is in effect somewhere — in the defaults of the set's
 // PodSecurityConfiguration, or in the policy of one of its Namespaces (a
@@ -105,28 +108,24 @@ func (in *PodSecurityInfo) finish() {
 // or resources: it checks nothing at this revision).
 //
 // The set computes them once; callers must not modify them.
-func (ps *PolicySet) PodSecurityInfos() []PodSecurityInfo {
-	if ps.psa == nil {
-		return nil
-	}
-	st := ps.psa
-	st.infosOnce.Do(func() { st.infos = ps.podSecurityInfos() })
-	return st.infos
+func (s *Set) Infos() []Info {
+	s.infosOnce.Do(func() { s.infos = s.computeInfos() })
+	return s.infos
 }
 
-func (ps *PolicySet) podSecurityInfos() []PodSecurityInfo {
-	st := ps.psa
+func (s *Set) computeInfos() []Info {
+	st := s
 	type key struct {
 		level         api.Level
 		mode, version string
 	}
-	uses := map[key]*PodSecurityUse{}
-	add := func(u psa.Use, namespace string, defaults bool) {
+	uses := map[key]*LevelUse{}
+	add := func(u Use, namespace string, defaults bool) {
 		for _, m := range u.Modes {
 			k := key{u.Level, m, u.Version.String()}
 			use := uses[k]
 			if use == nil {
-				use = &PodSecurityUse{Mode: m, Version: k.version}
+				use = &LevelUse{Mode: m, Version: k.version}
 				uses[k] = use
 			}
 			if defaults {
@@ -141,30 +140,30 @@ func (ps *PolicySet) podSecurityInfos() []PodSecurityInfo {
 			add(u, "", true)
 		}
 	}
-	names := make([]string, 0, len(ps.namespaces))
-	for name := range ps.namespaces {
+	names := make([]string, 0, len(s.namespaces))
+	for name := range s.namespaces {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		labels := stringMap(ps.namespaces[name], "labels")
-		if st.object == nil && !psa.HasLabels(labels) {
+		labels := admission.MetadataStrings(s.namespaces[name], "labels")
+		if st.object == nil && !HasLabels(labels) {
 			continue
 		}
 		for _, u := range st.config.NamespaceUses(name, labels) {
 			add(u, name, false)
 		}
 	}
-	var out []PodSecurityInfo
-	for _, l := range psaLevels {
-		info := PodSecurityInfo{Level: string(l)}
+	var out []Info
+	for _, l := range Levels {
+		info := Info{Level: string(l)}
 		for k, u := range uses {
 			if k.level == l {
 				info.Uses = append(info.Uses, *u)
 			}
 		}
 		if lv := st.levels[l]; lv != nil {
-			info.Exceptions = lv.exceptions
+			info.Exceptions = lv.bound.Exceptions
 		}
 		if len(info.Uses) == 0 && len(info.Exceptions) == 0 {
 			continue
@@ -175,95 +174,57 @@ func (ps *PolicySet) podSecurityInfos() []PodSecurityInfo {
 	return out
 }
 
-// PodSecurityLevels are the Pod Security levels that are policies (that
-// PolicyExceptions may name): baseline, restricted.
-func PodSecurityLevels() []string {
-	out := make([]string, len(psaLevels))
-	for i, l := range psaLevels {
-		out[i] = string(l)
-	}
-	return out
+// Applicable is a Pod Security level that applies to a request: the
+// modes and versions of the request's namespace, their actions and
+// resources, and the exceptions naming it.
+type Applicable struct {
+	Info       Info
+	Exceptions []exception.Applicability
 }
 
-// PodSecurityExceptions returns the PolicyExceptions that name a Pod
-// Security level (baseline, restricted), in order.
-func (ps *PolicySet) PodSecurityExceptions(level string) []*Exception {
-	if ps.psa == nil {
-		return nil
-	}
-	if l := ps.psa.levels[api.Level(level)]; l != nil {
-		return l.exceptions
-	}
-	return nil
-}
-
-var namespacesResource = schema.GroupResource{Resource: "namespaces"}
-
-// applicablePSA returns the Pod Security levels that apply to a request
-// (psa.Config.Applies), each with the modes and versions of the request's
+// Applicable returns the Pod Security levels that apply to a request
+// (Config.applies), each with the modes and versions of the request's
 // namespace and the exceptions naming it, whose matchConditions are
 // evaluated as Pod Security evaluates them (object is the Pod or the
 // workload resource; failurePolicy Fail). For a Namespace, the levels are
 // those its labels put in effect for the Pods and workloads created in it,
 // and the exceptions are not evaluated (Pod Security evaluates them on
 // those, never on the Namespace).
-func (ps *PolicySet) applicablePSA(rq *evalRequest, evaluate bool) []Applicable {
-	preq := ps.psaRequest(rq)
-	if preq == nil {
+func (s *Set) Applicable(rq *celeval.Request, evaluate bool) []Applicable {
+	in := s.newInput(rq.Attributes(), rq.Namespace())
+	if in == nil {
 		return nil
 	}
-	isNamespace := preq.Resource == namespacesResource
-	if isNamespace && preq.Namespace == "" {
-		preq.Namespace = preq.Name
-	}
+	isNamespace := in.gr == namespacesResource
 	var out []Applicable
 	at := map[api.Level]int{}
-	for _, u := range ps.psa.config.Applies(preq) {
+	for _, u := range s.config.applies(in) {
 		i, ok := at[u.Level]
 		if !ok {
 			i = len(out)
 			at[u.Level] = i
-			out = append(out, Applicable{Policy: psaPolicies[u.Level].policy, PodSecurity: &PodSecurityInfo{Level: string(u.Level)}})
+			out = append(out, Applicable{Info: Info{Level: string(u.Level)}})
 		}
-		info := out[i].PodSecurity
+		info := &out[i].Info
 		for _, m := range u.Modes {
-			use := PodSecurityUse{Mode: m, Version: u.Version.String()}
-			if preq.Namespace != "" {
-				use.Namespaces = []string{preq.Namespace}
+			use := LevelUse{Mode: m, Version: u.Version.String()}
+			if in.namespace != "" {
+				use.Namespaces = []string{in.namespace}
 			}
 			info.Uses = append(info.Uses, use)
 		}
 	}
 	for i := range out {
 		a := &out[i]
-		a.PodSecurity.finish()
-		l := ps.psa.levels[api.Level(a.PodSecurity.Level)]
+		a.Info.finish()
+		l := s.levels[api.Level(a.Info.Level)]
 		if l == nil {
 			continue
 		}
-		a.PodSecurity.Exceptions = l.exceptions
-		for _, ex := range l.exceptions {
-			ae := ApplicableException{Exception: ex, HasControls: len(ex.controls[0]) > 0, Match: "not evaluated"}
-			switch {
-			case ex.Expired(rq.now):
-				ae.Match = "expired"
-			case !evaluate || isNamespace:
-			case ex.refuted(rq.req.Object):
-				ae.Match = "does not match"
-			default:
-				st := &policyState{rq: rq, v: l.v}
-				ok, err := st.match(ex.conds[0], l.v.policy.failurePolicy)
-				switch {
-				case err != nil:
-					ae.Match = "error: " + err.Error()
-				case ok:
-					ae.Match = "matches"
-				default:
-					ae.Match = "does not match"
-				}
-			}
-			a.Exceptions = append(a.Exceptions, ae)
-		}
+		a.Info.Exceptions = l.bound.Exceptions
+		a.Exceptions = celeval.Run(rq, &l.scope, func(st *celeval.State) []exception.Applicability {
+			return l.bound.Applicable(st, false, admissionregistrationv1.Fail, evaluate && !isNamespace)
+		})
 	}
 	return out
 }

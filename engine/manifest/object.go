@@ -1,15 +1,16 @@
-package engine
+package manifest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
-
-	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Object is one Kubernetes-shaped object: a policy, an exception, a
@@ -41,13 +42,43 @@ func NewObject(source string, content map[string]any) *Object {
 		o.Name, _ = md["name"].(string)
 		o.Namespace, _ = md["namespace"].(string)
 	}
-	defaultPSAName(o)
-	o.id = identity(o)
+	if o.Name == "" && o.Kind == podSecurityConfigurationKind && o.Group() == podSecurityConfigurationGroup {
+		// The upstream format has no metadata; the store names objects.
+		o.Name = PodSecurityConfigurationName
+	}
+	o.id = o.Group() + "/" + o.Kind + "/" + o.Namespace + "/" + o.Name
 	return o
 }
 
+// PodSecurityConfigurationName is the name of a PodSecurityConfiguration
+// without metadata.name (the upstream format has no metadata), under
+// which it is stored.
+const PodSecurityConfigurationName = "default"
+
+const (
+	podSecurityConfigurationGroup = "pod-security.admission.config.k8s.io"
+	podSecurityConfigurationKind  = "PodSecurityConfiguration"
+)
+
+// ID identifies the object among others: group/kind/namespace/name.
+func (o *Object) ID() string {
+	if o.id == "" {
+		return o.Group() + "/" + o.Kind + "/" + o.Namespace + "/" + o.Name
+	}
+	return o.id
+}
+
+// ContentVersion returns Version, or a hash of the content when it is empty.
+func (o *Object) ContentVersion() string {
+	if o.Version != "" {
+		return o.Version
+	}
+	sum := sha256.Sum256(CanonicalJSON(o.Content))
+	return hex.EncodeToString(sum[:])
+}
+
 // FromDocuments converts manifest documents to objects.
-func FromDocuments(docs []*manifest.Document) []*Object {
+func FromDocuments(docs []*Document) []*Object {
 	out := make([]*Object, len(docs))
 	for i, d := range docs {
 		out[i] = NewObject(d.Source(), d.Object)
@@ -81,15 +112,15 @@ func (o *Object) Ref() string {
 
 // Labels returns metadata.labels.
 func (o *Object) Labels() map[string]string {
-	return stringMap(o.Content, "labels")
+	return metadataStrings(o.Content, "labels")
 }
 
 // Annotations returns metadata.annotations.
 func (o *Object) Annotations() map[string]string {
-	return stringMap(o.Content, "annotations")
+	return metadataStrings(o.Content, "annotations")
 }
 
-func stringMap(content map[string]any, key string) map[string]string {
+func metadataStrings(content map[string]any, key string) map[string]string {
 	md, _ := content["metadata"].(map[string]any)
 	m, _ := md[key].(map[string]any)
 	if len(m) == 0 {
@@ -102,64 +133,6 @@ func stringMap(content map[string]any, key string) map[string]string {
 		}
 	}
 	return out
-}
-
-// Class says what role an object plays.
-type Class int
-
-// Object classes.
-const (
-	// ClassResource is an object to evaluate.
-	ClassResource Class = iota
-	// ClassPolicy is a ValidatingPolicy or NamespacedValidatingPolicy.
-	ClassPolicy
-	// ClassException is a policies.kyverno.io PolicyException.
-	ClassException
-	// ClassNamespace is a v1 Namespace: the namespaceObject of requests in it.
-	ClassNamespace
-	// ClassUnsupported is a policy kind Arbiter does not evaluate.
-	ClassUnsupported
-	// ClassVAP is a Kubernetes ValidatingAdmissionPolicy.
-	ClassVAP
-	// ClassVAPBinding is a ValidatingAdmissionPolicyBinding.
-	ClassVAPBinding
-	// ClassPodSecurityConfiguration is the Pod Security Admission
-	// configuration (pod-security.admission.config.k8s.io PodSecurityConfiguration).
-	ClassPodSecurityConfiguration
-)
-
-// unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
-// them as resources.
-var unsupportedGroups = map[string]bool{
-	"kyverno.io":     true,
-	"cli.kyverno.io": true,
-}
-
-// Classify says what role an object plays. Kinds of policies.kyverno.io that
-// Arbiter does not evaluate, and kyverno.io policies, are ClassUnsupported.
-func Classify(o *Object) Class {
-	group := o.Group()
-	switch {
-	case group == KyvernoGroup:
-		switch o.Kind {
-		case KindValidatingPolicy, KindNamespacedValidatingPolicy:
-			return ClassPolicy
-		case KindPolicyException:
-			return ClassException
-		}
-		return ClassUnsupported
-	case unsupportedGroups[group]:
-		return ClassUnsupported
-	case group == "" && o.Kind == "Namespace" && o.APIVersion == "v1":
-		return ClassNamespace
-	}
-	if c, ok := classifyVAP(o); ok {
-		return c
-	}
-	if c, ok := classifyPSA(o); ok {
-		return c
-	}
-	return ClassResource
 }
 
 // LoadError is an object that cannot be loaded or compiled. It names the
@@ -191,7 +164,8 @@ func (e *LoadError) Error() string {
 	return b.String()
 }
 
-func loadErr(o *Object, field, format string, args ...any) *LoadError {
+// Errorf returns the load error of field of object o.
+func Errorf(o *Object, field, format string, args ...any) *LoadError {
 	return &LoadError{Source: o.Source, Object: o.Ref(), Field: field, Detail: fmt.Sprintf(format, args...)}
 }
 
@@ -219,12 +193,12 @@ func AsLoadErrors(err error) LoadErrors {
 	return nil
 }
 
-// decodeStrict decodes content into v, refusing unknown and duplicate
+// DecodeStrict decodes content into v, refusing unknown and duplicate
 // fields, and reports the first problem with its field path.
-func decodeStrict(o *Object, v any) *LoadError {
+func DecodeStrict(o *Object, v any) *LoadError {
 	data, err := json.Marshal(o.Content)
 	if err != nil {
-		return loadErr(o, "", "cannot encode: %v", err)
+		return Errorf(o, "", "cannot encode: %v", err)
 	}
 	strict, err := sigsjson.UnmarshalStrict(data, v)
 	if err != nil {
@@ -233,10 +207,10 @@ func decodeStrict(o *Object, v any) *LoadError {
 		if errors.As(err, &te) {
 			field = indexedPath(o.Content, field, te.Value)
 		}
-		return loadErr(o, field, "%s", jsonErrorDetail(err))
+		return Errorf(o, field, "%s", jsonErrorDetail(err))
 	}
 	if len(strict) > 0 {
-		return loadErr(o, strictField(strict[0]), "%s", strictDetail(strict[0]))
+		return Errorf(o, strictField(strict[0]), "%s", strictDetail(strict[0]))
 	}
 	return nil
 }
@@ -302,8 +276,8 @@ func jsonTypeName(goType string) string {
 	return goType
 }
 
-// canonicalJSON renders content deterministically (encoding/json sorts map keys).
-func canonicalJSON(content map[string]any) []byte {
+// CanonicalJSON renders content deterministically (encoding/json sorts map keys).
+func CanonicalJSON(content map[string]any) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -363,4 +337,13 @@ func jsonKind(v any) string {
 		return "object"
 	}
 	return "null"
+}
+
+// FieldErrors converts the field errors of an API validation of o.
+func FieldErrors(o *Object, errs field.ErrorList) LoadErrors {
+	out := make(LoadErrors, len(errs))
+	for i, e := range errs {
+		out[i] = &LoadError{Source: o.Source, Object: o.Ref(), Field: e.Field, Detail: e.ErrorBody()}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package engine
+package exception
 
 import (
 	"fmt"
@@ -8,6 +8,9 @@ import (
 	"github.com/google/cel-go/common/types"
 
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
+	"github.com/arbiter-pdp/arbiter/engine/celeval"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Exception is a compiled policies.kyverno.io PolicyException. It is immutable.
@@ -24,7 +27,7 @@ type Exception struct {
 	full     bool
 	// compiled matchConditions and controls, for cluster-scoped [0] and
 	// namespaced [1] policies (only for the kinds the exception refers to).
-	conds    [2][]*program
+	conds    [2][]*celeval.Program
 	controls [2][]*control
 	// guards[i] are the guards of spec.matchConditions[i].
 	guards [][]guard
@@ -47,9 +50,9 @@ func (e *Exception) refuted(object map[string]any) bool {
 }
 
 type control struct {
-	prog    *program
+	prog    *celeval.Program
 	message string
-	msgProg *program
+	msgProg *celeval.Program
 }
 
 // Key returns namespace/name.
@@ -64,6 +67,11 @@ func (e *Exception) Key() string {
 func (e *Exception) Expired(t time.Time) bool {
 	return !e.ExpiresAt.IsZero() && t.After(e.ExpiresAt)
 }
+
+// Priority is the polex.kyverno.io/priority label (0 when absent or not
+// a positive integer): among granted exceptions, the one with the highest
+// decides the reported result.
+func (e *Exception) Priority() int { return e.priority }
 
 // HasControls says whether the exception defines compensating controls.
 func (e *Exception) HasControls() bool { return len(e.Spec.Validations) > 0 }
@@ -82,33 +90,33 @@ func (e *Exception) References(kind, name string) bool {
 	return false
 }
 
-func compileException(env *celenv.Env, o *Object) (*Exception, *LoadError) {
-	if !kyvernoVersions[o.VersionOnly()] {
-		return nil, loadErr(o, "apiVersion", "unsupported version %q of PolicyException (supported: v1alpha1, v1beta1, v1)", o.APIVersion)
+// Compile loads and compiles a PolicyException. Its conditions and
+// controls are compiled in the environment of each flavour of policy its
+// policyRefs name (cluster-wide or namespaced kinds).
+func Compile(env *celenv.Env, o *manifest.Object) (*Exception, *manifest.LoadError) {
+	if !kyvernoapi.Versions[o.VersionOnly()] {
+		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of PolicyException (supported: %s)", o.APIVersion, kyvernoapi.VersionsText)
 	}
 	var pe PolicyException
-	if err := decodeStrict(o, &pe); err != nil {
+	if err := manifest.DecodeStrict(o, &pe); err != nil {
 		return nil, err
 	}
 	if pe.Name == "" {
-		return nil, loadErr(o, "metadata.name", "required")
+		return nil, manifest.Errorf(o, "metadata.name", "required")
 	}
 	spec := &pe.Spec
 	if len(spec.PolicyRefs) == 0 {
-		return nil, loadErr(o, "spec.policyRefs", "must specify at least one policy ref")
+		return nil, manifest.Errorf(o, "spec.policyRefs", "must specify at least one policy ref")
 	}
 	kinds := [2]bool{}
 	for i, r := range spec.PolicyRefs {
 		if r.Name == "" {
-			return nil, loadErr(o, fmt.Sprintf("spec.policyRefs[%d].name", i), "must specify policy name")
+			return nil, manifest.Errorf(o, fmt.Sprintf("spec.policyRefs[%d].name", i), "must specify policy name")
 		}
 		if r.Kind == "" {
-			return nil, loadErr(o, fmt.Sprintf("spec.policyRefs[%d].kind", i), "must specify policy kind")
+			return nil, manifest.Errorf(o, fmt.Sprintf("spec.policyRefs[%d].kind", i), "must specify policy kind")
 		}
-		if err := checkPSARef(o, i, r, spec); err != nil {
-			return nil, err
-		}
-		if r.Kind == KindNamespacedValidatingPolicy {
+		if kyvernoapi.IsNamespacedKind(r.Kind) {
 			kinds[1] = true
 		} else {
 			kinds[0] = true
@@ -117,7 +125,7 @@ func compileException(env *celenv.Env, o *Object) (*Exception, *LoadError) {
 	switch spec.ReportResult {
 	case "", "skip", "pass":
 	default:
-		return nil, loadErr(o, "spec.reportResult", "unsupported value %q: supported values: \"skip\", \"pass\"", spec.ReportResult)
+		return nil, manifest.Errorf(o, "spec.reportResult", "unsupported value %q: supported values: \"skip\", \"pass\"", spec.ReportResult)
 	}
 	e := &Exception{
 		Namespace: pe.Namespace,
@@ -141,9 +149,9 @@ func compileException(env *celenv.Env, o *Object) (*Exception, *LoadError) {
 		}
 		cenv := env.Exception(flavour == 1)
 		for i, mc := range spec.MatchConditions {
-			prg, ast, err := compileExpr(cenv, mc.Expression, types.BoolType, nil)
+			prg, ast, err := celeval.Compile(cenv, mc.Expression, types.BoolType, nil)
 			if err != nil {
-				return nil, loadErr(o, fmt.Sprintf("spec.matchConditions[%d].expression", i), "%v", err)
+				return nil, manifest.Errorf(o, fmt.Sprintf("spec.matchConditions[%d].expression", i), "%v", err)
 			}
 			e.conds[flavour] = append(e.conds[flavour], prg)
 			if len(e.guards) < len(spec.MatchConditions) {
@@ -152,15 +160,15 @@ func compileException(env *celenv.Env, o *Object) (*Exception, *LoadError) {
 		}
 		for i, v := range spec.Validations {
 			field := fmt.Sprintf("spec.validations[%d]", i)
-			prg, _, err := compileExpr(cenv, v.Expression, types.BoolType, nil)
+			prg, _, err := celeval.Compile(cenv, v.Expression, types.BoolType, nil)
 			if err != nil {
-				return nil, loadErr(o, field+".expression", "%v", err)
+				return nil, manifest.Errorf(o, field+".expression", "%v", err)
 			}
 			c := &control{prog: prg, message: v.Message}
 			if v.MessageExpression != "" {
-				c.msgProg, _, err = compileExpr(cenv, v.MessageExpression, types.StringType, nil)
+				c.msgProg, _, err = celeval.Compile(cenv, v.MessageExpression, types.StringType, nil)
 				if err != nil {
-					return nil, loadErr(o, field+".messageExpression", "%v", err)
+					return nil, manifest.Errorf(o, field+".messageExpression", "%v", err)
 				}
 			}
 			e.controls[flavour] = append(e.controls[flavour], c)
@@ -169,6 +177,8 @@ func compileException(env *celenv.Env, o *Object) (*Exception, *LoadError) {
 	return e, nil
 }
 
+// flavour is the index of the compiled conditions and controls for
+// policies of a namespaced kind or not.
 func flavour(namespaced bool) int {
 	if namespaced {
 		return 1

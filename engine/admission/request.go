@@ -1,14 +1,10 @@
-package engine
+package admission
 
 import (
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
-	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Admission operations.
@@ -55,7 +51,8 @@ type UserInfo struct {
 	Extra    map[string][]string
 }
 
-// Request is one admission-shaped request.
+// Request is one admission-shaped request: the attributes every policy
+// kind reads (Kubernetes' admission.Attributes, as unstructured objects).
 type Request struct {
 	Operation string
 	// Object is the object being admitted (nil for DELETE).
@@ -80,28 +77,6 @@ type Request struct {
 	// Namespace object of the policy set (if any) is used.
 	NamespaceObject map[string]any
 	Mode            Mode
-	// CostBudget bounds the CEL cost of every policy of the decision
-	// together (0: no bound beyond the per-expression and per-policy
-	// limits). Policies reached once it is spent are error results. The
-	// untracked fast path is charged its static estimate, so the charge is
-	// deterministic for a request and a policy set.
-	CostBudget uint64
-	// Trace, when set, records how the decision is reached (Explain).
-	Trace *Trace
-	// Context is what Kyverno's context libraries (resource.*, http.*,
-	// globalContext, image data) read. Nil means no cluster access.
-	Context kyvernocel.Context
-	// Now is the time exceptions' expiresAt is compared with (zero: time.Now()).
-	Now time.Time
-	// ObjectSizes, when set, are the sizes of Object and OldObject together
-	// as manifest.DecodeJSONSized measured them while decoding, sparing the
-	// engine a walk of the objects (it measures them itself otherwise).
-	// The CEL cost estimates rest on them: set them only from the decoder.
-	ObjectSizes *manifest.Sizes
-
-	// exact runs every program with cost tracking (tests compare it with
-	// the untracked fast path).
-	exact bool
 }
 
 // Fill derives what a request leaves unset from its objects: kind from
@@ -204,9 +179,9 @@ func IsNamespaced(gk schema.GroupKind) bool {
 	return !strings.HasPrefix(gk.Kind, "Cluster")
 }
 
-// requestValue renders the `request` variable as Kyverno does: the
+// Value renders the `request` variable as Kyverno does: the
 // AdmissionRequest converted to unstructured data (omitempty fields absent).
-func (r *Request) requestValue() map[string]any {
+func (r *Request) Value() map[string]any {
 	gvk := func(k schema.GroupVersionKind) map[string]any {
 		return map[string]any{"group": k.Group, "version": k.Version, "kind": k.Kind}
 	}
@@ -287,4 +262,26 @@ func userInfoValue(u UserInfo) map[string]any {
 		m["extra"] = e
 	}
 	return m
+}
+
+// Requested returns the kind, resource and subresource of the request as
+// the client sent it: RequestKind, RequestResource and RequestSubResource
+// where given, else Kind, Resource and SubResource.
+func (r *Request) Requested() (schema.GroupVersionKind, schema.GroupVersionResource, string) {
+	gvk, gvr, sub := r.Kind, r.Resource, r.SubResource
+	if r.RequestKind != nil {
+		gvk = *r.RequestKind
+	}
+	if r.RequestResource != nil {
+		gvr = *r.RequestResource
+	}
+	if r.RequestSubResource != "" {
+		sub = r.RequestSubResource
+	}
+	return gvk, gvr, sub
+}
+
+// IsNamespace says whether the request is on core Namespaces.
+func (r *Request) IsNamespace() bool {
+	return r.Resource.Group == "" && r.Resource.Resource == "namespaces"
 }

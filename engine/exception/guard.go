@@ -1,4 +1,4 @@
-package engine
+package exception
 
 import (
 	"slices"
@@ -127,10 +127,10 @@ func (g *guard) refutes(object map[string]any) bool {
 	return true
 }
 
-// exceptionIndex finds, for a request, the exceptions of a policy that are
+// Index finds, for a request, the exceptions of a policy that are
 // not refuted by a guard, without visiting the others: each guarded
 // exception is filed under its first guard's path and values.
-type exceptionIndex struct {
+type Index struct {
 	unguarded []int
 	paths     [][]string
 	byValue   []map[string][]int
@@ -139,8 +139,9 @@ type exceptionIndex struct {
 	anyValue [][]int
 }
 
-func newExceptionIndex(excs []*Exception) *exceptionIndex {
-	ix := &exceptionIndex{}
+// NewIndex indexes exceptions by their first guard.
+func NewIndex(excs []*Exception) *Index {
+	ix := &Index{}
 	pathIndex := map[string]int{}
 	for i, ex := range excs {
 		var g *guard
@@ -171,9 +172,9 @@ func newExceptionIndex(excs []*Exception) *exceptionIndex {
 	return ix
 }
 
-// candidates returns, in order, the indexes of the exceptions that may
+// Candidates returns, in order, the indexes of the exceptions that may
 // match object; buf is reused.
-func (ix *exceptionIndex) candidates(object map[string]any, buf []int) []int {
+func (ix *Index) Candidates(object map[string]any, buf []int) []int {
 	out := append(buf[:0], ix.unguarded...)
 	for p, path := range ix.paths {
 		if object == nil {

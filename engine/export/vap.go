@@ -1,4 +1,6 @@
-package engine
+// Package export expresses Kyverno policies as the Kubernetes admission
+// policies that do the same, where they can (arbiter export).
+package export
 
 import (
 	"encoding/json"
@@ -11,7 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
+	"github.com/arbiter-pdp/arbiter/engine/vpol"
 )
 
 // VAPExport is a ValidatingPolicy expressed as Kubernetes
@@ -34,7 +39,7 @@ const (
 	exportSource    = "arbiter.dev/source"
 )
 
-// ExportVAP expresses each policy of the set as ValidatingAdmissionPolicies
+// VAP expresses each policy as ValidatingAdmissionPolicies
 // with bindings, as Kyverno generates them: the ValidatingAdmissionPolicy
 // vpol-NAME and its binding vpol-NAME-binding (validationActions of the
 // policy), one more pair vpol-NAME-CONFIG for each autogen configuration;
@@ -48,12 +53,11 @@ const (
 // admission disabled, Deny with Warn, a NamespacedValidatingPolicy), or
 // when the result does not compile in the API server's environment (a
 // Kyverno library function, `exceptions` beyond the replaced lists, ...).
-func (ps *PolicySet) ExportVAP(now time.Time) []VAPExport {
+func VAP(set *vpol.Set, now time.Time) []VAPExport {
 	var out []VAPExport
-	for _, e := range ps.entries {
-		p := e.policy
+	for _, p := range set.Policies() {
 		x := VAPExport{Policy: p.Name, Kind: p.Kind, Source: p.Source}
-		objs, reason := exportPolicy(p, e.exceptions, now)
+		objs, reason := exportPolicy(p, set.ExceptionsFor(p), now)
 		if reason != "" {
 			x.Refused = reason
 		} else {
@@ -64,12 +68,12 @@ func (ps *PolicySet) ExportVAP(now time.Time) []VAPExport {
 	return out
 }
 
-func exportPolicy(p *Policy, exceptions []*Exception, now time.Time) ([]map[string]any, string) {
+func exportPolicy(p *vpol.Policy, exceptions []*exception.Exception, now time.Time) ([]map[string]any, string) {
 	spec := p.Spec
 	switch {
-	case p.Kind != KindValidatingPolicy:
+	case p.Kind != kyvernoapi.KindValidatingPolicy:
 		return nil, "a NamespacedValidatingPolicy applies in its own namespace only; only ValidatingPolicies are exported"
-	case spec.EvaluationMode() == EvaluationModeJSON:
+	case spec.EvaluationMode() == kyvernoapi.EvaluationModeJSON:
 		return nil, "evaluation.mode is JSON: a ValidatingAdmissionPolicy evaluates Kubernetes admission requests only"
 	case !spec.AdmissionEnabled():
 		return nil, "evaluation.admission.enabled is false: a ValidatingAdmissionPolicy runs at admission only"
@@ -85,7 +89,7 @@ func exportPolicy(p *Policy, exceptions []*Exception, now time.Time) ([]map[stri
 	if hasDeny && hasWarn {
 		return nil, "validationActions has both Deny and Warn, which a ValidatingAdmissionPolicyBinding refuses"
 	}
-	var live []*Exception
+	var live []*exception.Exception
 	var controls []string
 	for _, ex := range exceptions {
 		if ex.Expired(now) {
@@ -107,12 +111,15 @@ func exportPolicy(p *Policy, exceptions []*Exception, now time.Time) ([]map[stri
 			}
 		}
 	}
-	names, variants, err := autogenSpecs(spec)
+	variants, variantSpecs, err := vpol.AutogenSpecs(spec)
 	if err != nil {
 		return nil, err.Error()
 	}
-	specs := append([]*ValidatingPolicySpec{spec}, variants...)
-	configs := append([]string{""}, names...)
+	specs := append([]*vpol.ValidatingPolicySpec{spec}, variantSpecs...)
+	configs := []string{""}
+	for _, v := range variants {
+		configs = append(configs, v.Name)
+	}
 	var objs []map[string]any
 	for i, s := range specs {
 		name := "vpol-" + p.Name
@@ -182,7 +189,7 @@ func replaceExceptions(expr string) string {
 
 // exportSpec builds the ValidatingAdmissionPolicy spec of one policy spec
 // (the policy's or an autogen variant's) with its live exceptions.
-func exportSpec(s *ValidatingPolicySpec, exceptions []*Exception) (*admissionregistrationv1.ValidatingAdmissionPolicySpec, string) {
+func exportSpec(s *vpol.ValidatingPolicySpec, exceptions []*exception.Exception) (*admissionregistrationv1.ValidatingAdmissionPolicySpec, string) {
 	fp := s.GetFailurePolicy()
 	out := &admissionregistrationv1.ValidatingAdmissionPolicySpec{
 		FailurePolicy:    &fp,

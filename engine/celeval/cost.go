@@ -1,4 +1,4 @@
-package engine
+package celeval
 
 import (
 	"math"
@@ -93,16 +93,16 @@ var (
 	scalarVBound  = vbound{scalarBound, scalarBound}
 )
 
-// sizeBounds bound a variable: gen its length as a string, list or map in
+// SizeBounds bound a variable: gen its length as a string, list or map in
 // terms of S; coll its entries as a list or map in terms of C.
-type sizeBounds struct{ gen, coll vbound }
+type SizeBounds struct{ gen, coll vbound }
 
 // sizer tells cel-go's estimator how big the values an expression reads
 // can be: request inputs at most S, variables at most their bound, and
 // the ranges of comprehensions at most their bound in entries.
 type sizer struct {
 	s, c uint64
-	vars map[string]sizeBounds
+	vars map[string]SizeBounds
 	// ranges are the entry bounds of comprehension ranges, by node id.
 	ranges map[int64]bound
 	// calls are the call nodes, by the id of their target (member calls)
@@ -237,7 +237,7 @@ func (e *estimator) callCost(function, overloadID string, target *checker.AstNod
 // estimate computes the program's cost estimate at every size level. An
 // expression without comprehensions costs at most linearly in S, so its
 // estimate at the largest level serves for all (estimates grow with S).
-func estimate(env *cel.Env, ast *cel.Ast, vars map[string]sizeBounds) [len(sizeLevels)]uint64 {
+func estimate(env *cel.Env, ast *cel.Ast, vars map[string]SizeBounds) [len(sizeLevels)]uint64 {
 	var out [len(sizeLevels)]uint64
 	run := func(z *sizer) uint64 {
 		est, err := env.EstimateCost(ast, &estimator{kube: &library.CostEstimator{SizeEstimator: z}, z: z})
@@ -277,14 +277,14 @@ func estimate(env *cel.Env, ast *cel.Ast, vars map[string]sizeBounds) [len(sizeL
 	return out
 }
 
-// varBound bounds the size of a variable's value (and of every value nested
+// VarBound bounds the size of a variable's value (and of every value nested
 // in it) from its expression, for the shapes variables usually take:
 // selections from the request, concatenations, orValue defaults, literals,
 // filters. Anything else is unknown, and expressions reading it always run
 // tracked.
-func varBound(ast *cel.Ast, vars map[string]sizeBounds) sizeBounds {
+func VarBound(ast *cel.Ast, vars map[string]SizeBounds) SizeBounds {
 	native := ast.NativeRep()
-	return sizeBounds{
+	return SizeBounds{
 		gen:  (&boundWalker{native: native, vars: vars, scope: map[string]vbound{}}).walk(native.Expr()),
 		coll: (&boundWalker{native: native, vars: vars, coll: true, scope: map[string]vbound{}}).walk(native.Expr()),
 	}
@@ -294,7 +294,7 @@ func varBound(ast *cel.Ast, vars map[string]sizeBounds) sizeBounds {
 // (coll) entries in terms of C.
 type boundWalker struct {
 	native *celast.AST
-	vars   map[string]sizeBounds
+	vars   map[string]SizeBounds
 	coll   bool
 	// scope holds the bounds of the comprehension variables in scope.
 	scope map[string]vbound

@@ -1,10 +1,9 @@
-package engine
+package outcome
 
 import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strconv"
 	"sync"
 
 	"github.com/google/cel-go/common/types"
@@ -17,7 +16,7 @@ import (
 // (matchConditions, exception conditions and controls, variables,
 // validations, message expressions, audit annotations) with its value or
 // error, in order, and the notes that explain the rest (what matched, what
-// an exception did, why a result is what it is). Set Request.Trace to
+// an exception did, why a result is what it is). Set the evaluation's Trace to
 // record one; tracing does not change the decision.
 type Trace struct {
 	mu    sync.Mutex
@@ -58,54 +57,15 @@ type TraceStep struct {
 	Note string
 }
 
-func (t *Trace) add(s TraceStep) {
+// Add records a step.
+func (t *Trace) Add(s TraceStep) {
 	t.mu.Lock()
 	t.Steps = append(t.Steps, s)
 	t.mu.Unlock()
 }
 
-// traceLabel says what the expression being evaluated is.
-type traceLabel struct {
-	phase, name, exception string
-}
-
-// traced records an evaluation when the request is traced.
-func (st *policyState) traced(p *program, out ref.Val, err error) {
-	t := st.rq.req.Trace
-	if t == nil {
-		return
-	}
-	s := TraceStep{
-		Policy: st.v.policy.Key(), Variant: st.v.config, Phase: st.lbl.phase, Name: st.lbl.name,
-		Exception: st.lbl.exception, Expression: p.expr,
-	}
-	if err != nil {
-		s.Error = err.Error()
-	} else {
-		s.Value = renderVal(out)
-	}
-	t.add(s)
-}
-
-// note records a note when the request is traced.
-func (rq *evalRequest) note(p *Policy, variant, phase, exception, note string) {
-	if rq.req.Trace == nil {
-		return
-	}
-	rq.req.Trace.add(TraceStep{Policy: p.Key(), Variant: variant, Phase: phase, Exception: exception, Note: note})
-}
-
-// at sets the label of the next evaluations; it returns the previous one.
-func (st *policyState) at(phase, name, exception string) traceLabel {
-	prev := st.lbl
-	st.lbl = traceLabel{phase: phase, name: name, exception: exception}
-	return prev
-}
-
-func index(i int) string { return strconv.Itoa(i) }
-
-// renderVal renders a CEL value as JSON where it can.
-func renderVal(v ref.Val) string {
+// RenderVal renders a CEL value as JSON where it can.
+func RenderVal(v ref.Val) string {
 	switch t := v.(type) {
 	case nil:
 		return "null"
@@ -134,41 +94,9 @@ func renderVal(v ref.Val) string {
 	}
 	if o, ok := v.(*types.Optional); ok {
 		if o.HasValue() {
-			return "optional.of(" + renderVal(o.GetValue()) + ")"
+			return "optional.of(" + RenderVal(o.GetValue()) + ")"
 		}
 		return "optional.none()"
 	}
 	return fmt.Sprint(v.Value())
-}
-
-func refusalText(r refusal) string {
-	if r.err != nil {
-		return r.err.Error()
-	}
-	return r.message
-}
-
-// explainResult says why a result is what it is.
-func explainResult(r *Result) string {
-	switch {
-	case r.Rule == "exception":
-		return r.Result + ": a granted exception exempts the resource (" + r.Message + ")"
-	case r.Rule == "evaluation":
-		return r.Result + ": the policy could not be evaluated: " + r.Message
-	case r.Rule == "match":
-		return r.Result + ": matching failed: " + r.Message
-	case r.MatchConditionsSkip:
-		return "skip: a matchCondition of the policy is false"
-	case r.Result == ResultPass:
-		return "pass: every validation holds"
-	case r.Result == ResultFail || r.Result == ResultWarn:
-		why := "validation " + r.Properties[PropValidationIndex] + " is false"
-		if len(r.Exceptions) > 0 {
-			why += "; the matching exception " + r.Exceptions[0] + " was refused by its compensating controls, whose message is shown"
-		}
-		return r.Result + ": " + why + ": " + r.Message
-	case r.Result == ResultError:
-		return "error: " + r.Message
-	}
-	return r.Result + ": " + r.Message
 }

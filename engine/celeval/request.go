@@ -1,0 +1,233 @@
+package celeval
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/jsonval"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
+)
+
+// Config is how a request is evaluated.
+type Config struct {
+	// Namespace is the request's Namespace object (nil: not known).
+	Namespace map[string]any
+	// Context is what Kyverno's context libraries (resource.*, http.*,
+	// globalContext, image data) read. Nil means no cluster access.
+	Context kyvernocel.Context
+	// Now is the time exceptions' expiresAt is compared with (zero: time.Now()).
+	Now time.Time
+	// Trace, when set, records every evaluation.
+	Trace *outcome.Trace
+	// CostBudget bounds the CEL cost of every policy of the request
+	// together (0: no bound beyond the per-expression and per-policy limits).
+	CostBudget uint64
+	// ObjectSizes, when set, are the sizes of the request's Object and
+	// OldObject together as manifest.DecodeJSONSized measured them.
+	ObjectSizes *manifest.Sizes
+	// Shared are the memo keys of request-pure expressions that occur in
+	// more than one place: their results are computed once per request.
+	Shared map[string]bool
+	// ExtraSize bounds the size of values the inputs do not show
+	// (exceptions.allowedImages and allowedValues), for cost estimates.
+	ExtraSize uint64
+	// ExactCost runs every program with cost tracking (slower; the
+	// untracked fast path is charged static estimates instead).
+	ExactCost bool
+}
+
+// Request is the evaluation of one request by the Kyverno CEL policy kinds:
+// what every policy shares — the inputs as CEL values, the memo of
+// request-pure expressions, the size level of the inputs, the CEL cost
+// charged so far — and the state of the policy being evaluated.
+type Request struct {
+	ctx             context.Context
+	done            <-chan struct{}
+	req             *admission.Request
+	cfg             Config
+	now             time.Time
+	object          any
+	oldObject       any
+	request         any
+	namespaceObject map[string]any
+	namespaceVal    any
+	libCtx          kyvernocel.Context
+	// memo holds results of request-pure expressions, by canonical form.
+	memo map[string]ref.Val
+	// sizeLevel is the size level of the inputs (-2: not computed yet).
+	sizeLevel int
+	// cost is the CEL cost of the policies evaluated so far.
+	cost uint64
+	// st is the state of the policy being evaluated (one at a time: one
+	// allocation per request rather than per policy).
+	st State
+}
+
+// NewRequest starts the evaluation of a request. The caller must not
+// modify the request's objects while it is evaluated.
+func NewRequest(ctx context.Context, req *admission.Request, cfg Config) *Request {
+	rq := &Request{ctx: ctx, done: ctx.Done(), req: req, cfg: cfg, now: cfg.Now, sizeLevel: -2}
+	if rq.now.IsZero() {
+		rq.now = time.Now()
+	}
+	rq.object = toVal(req.Object)
+	rq.oldObject = toVal(req.OldObject)
+	ns := cfg.Namespace
+	rq.namespaceObject = ns
+	if ns != nil && req.Namespace != "" && !(req.Resource.Resource == "namespaces" && req.Resource.Group == "") {
+		rq.namespaceVal = jsonval.Of(ns)
+	} else {
+		rq.namespaceVal = types.NullValue
+	}
+	rq.libCtx = cfg.Context
+	if rq.libCtx == nil {
+		rq.libCtx = kyvernocel.Offline
+	}
+	return rq
+}
+
+// toVal returns the activation value of an object: a lazily converted,
+// cached view shared by every policy of the request. An absent object
+// (oldObject on CREATE, object on DELETE) is an empty map, as Kyverno
+// passes it; request.object and request.oldObject are null then.
+func toVal(m map[string]any) any {
+	if m == nil {
+		return jsonval.NewMap(map[string]any{})
+	}
+	return jsonval.NewMap(m)
+}
+
+// Context returns the request's context.
+func (rq *Request) Context() context.Context { return rq.ctx }
+
+// Attributes returns the request's attributes.
+func (rq *Request) Attributes() *admission.Request { return rq.req }
+
+// Namespace returns the request's Namespace object, or nil.
+func (rq *Request) Namespace() map[string]any { return rq.namespaceObject }
+
+// Now returns the time exceptions' expiresAt is compared with.
+func (rq *Request) Now() time.Time { return rq.now }
+
+// Traced says whether the request is traced.
+func (rq *Request) Traced() bool { return rq.cfg.Trace != nil }
+
+// Trace returns the request's trace, or nil.
+func (rq *Request) Trace() *outcome.Trace { return rq.cfg.Trace }
+
+// Note records a note when the request is traced.
+func (rq *Request) Note(policy, variant, phase, exception, note string) {
+	if rq.cfg.Trace == nil {
+		return
+	}
+	rq.cfg.Trace.Add(outcome.TraceStep{Policy: policy, Variant: variant, Phase: phase, Exception: exception, Note: note})
+}
+
+// Cost returns the CEL cost charged so far.
+func (rq *Request) Cost() uint64 { return rq.cost }
+
+// Budget returns the request's cost budget (0: none).
+func (rq *Request) Budget() uint64 { return rq.cfg.CostBudget }
+
+// Stopped returns the error of a request whose context is done (its
+// deadline passed, its caller went away), or nil.
+func (rq *Request) Stopped() error {
+	select {
+	case <-rq.done:
+		return fmt.Errorf("evaluation stopped: %w", context.Cause(rq.ctx))
+	default:
+		return nil
+	}
+}
+
+// BudgetSpent says whether the policies evaluated so far cost more than
+// the budget: the next ones are not evaluated.
+func (rq *Request) BudgetSpent() bool {
+	return rq.cfg.CostBudget > 0 && rq.cost > rq.cfg.CostBudget
+}
+
+// Scope is what a policy's expressions are evaluated in: the policy (for
+// traces and the context libraries) and its variables.
+type Scope struct {
+	// Policy is the policy's report name; Variant is "" or the autogen
+	// configuration evaluated.
+	Policy  string
+	Variant string
+	// Namespace is the policy's namespace ("" for cluster policies): the
+	// context libraries of a namespaced policy are confined to it.
+	Namespace string
+	Variables []Variable
+}
+
+// Variable is a compiled variable of a policy.
+type Variable struct {
+	Name string
+	Prog *Program
+}
+
+// Run evaluates one policy: fn runs with the policy's state; when the
+// static estimates charged exceeded the budget, fn runs again with exact
+// cost tracking, which decides whether the policy really does. The cost is
+// charged to the request.
+func Run[T any](rq *Request, scope *Scope, fn func(st *State) T) T {
+	st := &rq.st
+	st.reset(rq, scope, rq.cfg.ExactCost)
+	out := fn(st)
+	if st.inexact {
+		st.reset(rq, scope, true)
+		out = fn(st)
+	}
+	rq.cost += st.cost
+	return out
+}
+
+// level returns the index of the size level bounding the request's inputs.
+func (rq *Request) level() int {
+	if rq.sizeLevel == -2 {
+		var sizes manifest.Sizes
+		others := []any{rq.req.Object, rq.req.OldObject, rq.namespaceObject, rq.req.Options}
+		if h := rq.cfg.ObjectSizes; h != nil {
+			sizes, others = *h, others[2:]
+		}
+		for _, v := range others {
+			sizes = sizes.Max(manifest.SizesOf(v))
+		}
+		c, s := sizes.Entries, sizes.Length
+		u := rq.req.UserInfo
+		extra := rq.cfg.ExtraSize
+		c = max(c, extra, uint64(len(u.Groups)), uint64(len(u.Extra)))
+		s = max(s, extra, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)), uint64(len(u.Username)),
+			uint64(len(u.UID)), uint64(len(rq.req.Operation)), uint64(len(rq.req.SubResource)), uint64(len(rq.req.RequestSubResource)))
+		// request.kind, request.resource (CRD groups run to 253 characters).
+		for _, gvk := range []*schema.GroupVersionKind{&rq.req.Kind, rq.req.RequestKind} {
+			if gvk != nil {
+				s = max(s, uint64(len(gvk.Group)), uint64(len(gvk.Version)), uint64(len(gvk.Kind)))
+			}
+		}
+		for _, gvr := range []*schema.GroupVersionResource{&rq.req.Resource, rq.req.RequestResource} {
+			if gvr != nil {
+				s = max(s, uint64(len(gvr.Group)), uint64(len(gvr.Version)), uint64(len(gvr.Resource)))
+			}
+		}
+		for _, g := range u.Groups {
+			s = max(s, uint64(len(g)))
+		}
+		for k, vs := range u.Extra {
+			c = max(c, uint64(len(vs)))
+			s = max(s, uint64(len(k)))
+			for _, v := range vs {
+				s = max(s, uint64(len(v)))
+			}
+		}
+		rq.sizeLevel = levelFor(c, s)
+	}
+	return rq.sizeLevel
+}

@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/psa"
+	"github.com/arbiter-pdp/arbiter/engine/vap"
+)
+
+// Class says what role an object plays.
+type Class int
+
+// Object classes.
+const (
+	// ClassResource is an object to evaluate.
+	ClassResource Class = iota
+	// ClassPolicy is a ValidatingPolicy or NamespacedValidatingPolicy.
+	ClassPolicy
+	// ClassException is a policies.kyverno.io PolicyException.
+	ClassException
+	// ClassNamespace is a v1 Namespace: the namespaceObject of requests in it.
+	ClassNamespace
+	// ClassUnsupported is a policy kind Arbiter does not evaluate.
+	ClassUnsupported
+	// ClassVAP is a Kubernetes ValidatingAdmissionPolicy.
+	ClassVAP
+	// ClassVAPBinding is a ValidatingAdmissionPolicyBinding.
+	ClassVAPBinding
+	// ClassPodSecurityConfiguration is the Pod Security Admission
+	// configuration (pod-security.admission.config.k8s.io PodSecurityConfiguration).
+	ClassPodSecurityConfiguration
+)
+
+// unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
+// them as resources.
+var unsupportedGroups = map[string]bool{
+	"kyverno.io":     true,
+	"cli.kyverno.io": true,
+}
+
+// Classify says what role an object plays. Kinds of policies.kyverno.io that
+// Arbiter does not evaluate, and kyverno.io policies, are ClassUnsupported.
+func Classify(o *manifest.Object) Class {
+	group := o.Group()
+	switch {
+	case group == kyvernoapi.Group:
+		switch o.Kind {
+		case kyvernoapi.KindValidatingPolicy, kyvernoapi.KindNamespacedValidatingPolicy:
+			return ClassPolicy
+		case kyvernoapi.KindPolicyException:
+			return ClassException
+		}
+		return ClassUnsupported
+	case unsupportedGroups[group]:
+		return ClassUnsupported
+	case group == "" && o.Kind == "Namespace" && o.APIVersion == "v1":
+		return ClassNamespace
+	case group == psa.Group:
+		if o.Kind == psa.KindConfig {
+			return ClassPodSecurityConfiguration
+		}
+		return ClassUnsupported
+	}
+	if isPolicy, isBinding := vap.Classify(o); isPolicy {
+		return ClassVAP
+	} else if isBinding {
+		return ClassVAPBinding
+	}
+	return ClassResource
+}
+
+// ParamObjects returns which of objs are params of a
+// ValidatingAdmissionPolicy among objs: objects (not policies, exceptions
+// or Namespaces) whose apiVersion and kind are some policy's paramKind.
+// Params are stored and consulted, not evaluated as resources.
+func ParamObjects(objs []*manifest.Object) map[*manifest.Object]bool {
+	kinds := map[[2]string]bool{}
+	for _, o := range objs {
+		if Classify(o) != ClassVAP {
+			continue
+		}
+		if apiVersion, kind, ok := vap.ParamKindOf(o); ok {
+			kinds[[2]string{apiVersion, kind}] = true
+		}
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	out := map[*manifest.Object]bool{}
+	for _, o := range objs {
+		if Classify(o) == ClassResource && kinds[[2]string{o.APIVersion, o.Kind}] {
+			out[o] = true
+		}
+	}
+	return out
+}

@@ -1,0 +1,150 @@
+// Package outcome holds what every policy kind's evaluation produces: its
+// results (one per policy, binding or level that applied, with typed
+// causes and exception outcomes), warnings, audit annotations and denials,
+// and the trace of how they were reached. The engine merges the outcomes
+// of the kinds into one decision. It is a leaf of the engine.
+package outcome
+
+// Result words, as in wgpolicyk8s.io PolicyReports.
+const (
+	Pass  = "pass"
+	Fail  = "fail"
+	Warn  = "warn"
+	Error = "error"
+	Skip  = "skip"
+)
+
+// Sources of results, as Kyverno names them in PolicyReports.
+const (
+	SourceValidatingPolicy          = "KyvernoValidatingPolicy"
+	SourceValidatingAdmissionPolicy = "ValidatingAdmissionPolicy"
+	SourcePodSecurity               = "PodSecurity"
+)
+
+// Report property names.
+const (
+	PropProcess         = "process"
+	PropExceptions      = "exceptions"
+	PropValidationIndex = "cel.validationIndex"
+	// PropBinding names a ValidatingAdmissionPolicy's binding.
+	PropBinding = "binding"
+	// PropParams names the params a binding evaluated.
+	PropParams = "params"
+	// Pod Security results.
+	PropPSAVersion   = "version"
+	PropPSAModes     = "modes"
+	PropPSAExemption = "exemption"
+)
+
+// Rule names of results that are not decided by a policy's own rules.
+const (
+	RuleException  = "exception"
+	RuleEvaluation = "evaluation"
+	RuleMatch      = "match"
+)
+
+// Cause says what decided a result.
+type Cause uint8
+
+const (
+	// CauseRules: the policy's own rules (validations, checks) decided.
+	CauseRules Cause = iota
+	// CauseException: granted exceptions exempt the resource (rule "exception").
+	CauseException
+	// CauseEvaluation: the policy could not be evaluated (rule "evaluation"):
+	// a context call or an exception's condition failed, the cost budget
+	// was spent.
+	CauseEvaluation
+	// CauseMatch: matching the request failed (rule "match").
+	CauseMatch
+	// CauseMatchConditions: a matchCondition of the policy is false (a
+	// skip that background reports leave out).
+	CauseMatchConditions
+)
+
+// Result is one policy's verdict on a request.
+type Result struct {
+	// Policy is the report name: name, or namespace/name for namespaced policies.
+	Policy          string
+	PolicyName      string
+	PolicyNamespace string
+	PolicyKind      string
+	// Rule is "" for a plain result, "exception", "evaluation", "match", a
+	// ValidatingAdmissionPolicy's binding, or Pod Security's "namespace-labels".
+	Rule string
+	// Result is the reported word (a failure of an unscored policy is a warn).
+	Result  string
+	Message string
+	// Properties are the PolicyReport properties. They are shared and
+	// read-only: never modify them in place.
+	Properties map[string]string
+	Actions    []string
+	Source     string
+	Scored     bool
+	Category   string
+	Severity   string
+	// Cause says what decided the result.
+	Cause Cause
+	// Granted are the namespace/name of the exceptions that exempt the
+	// resource (Cause is CauseException).
+	Granted []string
+	// Refused is the namespace/name of the matched exception refused by
+	// its compensating controls whose message (or error) the failing
+	// result shows, when no exception was granted.
+	Refused string
+	// Expired are the namespace/name of the exceptions bound to the policy
+	// that were ignored because their expiresAt has passed.
+	Expired []string
+}
+
+// Exceptions returns the exceptions that decided the result: the granted
+// ones of an exemption, or the refused one whose message is shown.
+func (r *Result) Exceptions() []string {
+	if len(r.Granted) > 0 {
+		return r.Granted
+	}
+	if r.Refused != "" {
+		return []string{r.Refused}
+	}
+	return nil
+}
+
+// Denial is one reason a request is denied.
+type Denial struct {
+	Text string
+	// Code and Reason are the HTTP status code and reason of the denial
+	// (400 and "" for a Kyverno policy).
+	Code   int32
+	Reason string
+}
+
+// Outcome is what the kinds of a request's evaluation produced, in order.
+type Outcome struct {
+	Results  []Result
+	Warnings []string
+	// AuditAnnotations are the audit annotations to record.
+	AuditAnnotations map[string]string
+	Denials          []Denial
+}
+
+// Annotate adds audit annotations.
+func (o *Outcome) Annotate(m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
+	if o.AuditAnnotations == nil {
+		o.AuditAnnotations = make(map[string]string, len(m))
+	}
+	for k, v := range m {
+		o.AuditAnnotations[k] = v
+	}
+}
+
+// Process returns the PolicyReport process name of a result of a request
+// in mode admission (true) or not.
+func Process(admission bool) string {
+	if admission {
+		return "admission review"
+	}
+	return "background scan"
+}

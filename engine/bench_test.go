@@ -5,17 +5,18 @@ import (
 	"testing"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // loadSet compiles the objects under paths.
-func loadSet(tb testing.TB, paths ...string) (*engine.PolicySet, []*engine.Object) {
+func loadSet(tb testing.TB, paths ...string) (*engine.PolicySet, []*manifest.Object) {
 	tb.Helper()
 	docs, err := manifest.ReadPaths(nil, paths...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	objs := engine.FromDocuments(docs)
+	objs := manifest.FromDocuments(docs)
 	ps, err := engine.Compile(objs, engine.Options{})
 	if err != nil {
 		tb.Fatal(err)
@@ -23,7 +24,7 @@ func loadSet(tb testing.TB, paths ...string) (*engine.PolicySet, []*engine.Objec
 	return ps, objs
 }
 
-func resourceNamed(tb testing.TB, objs []*engine.Object, name string) *engine.Object {
+func resourceNamed(tb testing.TB, objs []*manifest.Object, name string) *manifest.Object {
 	for _, o := range objs {
 		if o.Name == name && engine.Classify(o) == engine.ClassResource {
 			return o
@@ -51,9 +52,9 @@ func BenchmarkPodSecurity(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()
 				for b.Loop() {
-					req := &engine.Request{Object: o.Content}
+					req := &admission.Request{Object: o.Content}
 					req.Fill()
-					d := ps.Evaluate(ctx, req)
+					d := ps.Evaluate(ctx, req, nil)
 					if len(d.Results) != 16 {
 						b.Fatalf("%d results", len(d.Results))
 					}

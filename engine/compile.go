@@ -300,4 +300,3 @@ func (ps *PolicySet) finish() {
 	}
 	ps.validators = append(ps.validators, psaKind{ps.psa})
 }
-

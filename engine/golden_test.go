@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
@@ -87,7 +88,7 @@ func runGolden(t *testing.T, file string) {
 		t.Fatal(err)
 	}
 	var exp *expectDoc
-	var objs []*engine.Object
+	var objs []*manifest.Object
 	for _, d := range docs {
 		if d.Kind() == "Expect" && strings.HasPrefix(d.APIVersion(), "test.arbiter.dev/") {
 			b, _ := yaml.Marshal(d.Object)
@@ -97,7 +98,7 @@ func runGolden(t *testing.T, file string) {
 			}
 			continue
 		}
-		objs = append(objs, engine.NewObject(d.Source(), d.Object))
+		objs = append(objs, manifest.NewObject(d.Source(), d.Object))
 	}
 	if exp == nil {
 		t.Fatal("no Expect document")
@@ -118,7 +119,7 @@ func runGolden(t *testing.T, file string) {
 			t.Fatal(err)
 		}
 	}
-	resources := map[string]*engine.Object{}
+	resources := map[string]*manifest.Object{}
 	for _, o := range objs {
 		if engine.Classify(o) == engine.ClassResource || engine.Classify(o) == engine.ClassNamespace {
 			resources[o.Ref()] = o
@@ -132,12 +133,12 @@ func runGolden(t *testing.T, file string) {
 		if !ok {
 			t.Fatalf("case %d: no resource %q in the file", i, c.Resource)
 		}
-		op := firstNonEmpty(c.Operation, exp.Operation, engine.OpCreate)
-		req := &engine.Request{Operation: op, Now: now, SubResource: c.SubResource}
+		op := firstNonEmpty(c.Operation, exp.Operation, admission.OpCreate)
+		req := &admission.Request{Operation: op, SubResource: c.SubResource}
 		switch op {
-		case engine.OpDelete:
+		case admission.OpDelete:
 			req.OldObject = o.Content
-		case engine.OpUpdate:
+		case admission.OpUpdate:
 			req.Object = o.Content
 			req.OldObject = o.Content
 			if c.OldObject != nil {
@@ -148,23 +149,23 @@ func runGolden(t *testing.T, file string) {
 		}
 		switch firstNonEmpty(c.Mode, exp.Mode, "admission") {
 		case "admission":
-			req.Mode = engine.ModeAdmission
+			req.Mode = admission.ModeAdmission
 		case "background":
-			req.Mode = engine.ModeBackground
+			req.Mode = admission.ModeBackground
 		case "cli":
-			req.Mode = engine.ModeCLI
+			req.Mode = admission.ModeCLI
 		default:
 			t.Fatalf("case %d: unknown mode", i)
 		}
 		if ui := firstUser(c.UserInfo, exp.UserInfo); ui != nil {
-			req.UserInfo = engine.UserInfo{Username: ui.Username, Groups: ui.Groups}
+			req.UserInfo = admission.UserInfo{Username: ui.Username, Groups: ui.Groups}
 		}
 		req.Fill()
 		gk := schema.FromAPIVersionAndKind(o.APIVersion, o.Kind).GroupKind()
-		if req.Namespace == "" && engine.IsNamespaced(gk) {
+		if req.Namespace == "" && admission.IsNamespaced(gk) {
 			req.Namespace = "default"
 		}
-		d := ps.Evaluate(context.Background(), req)
+		d := ps.Evaluate(context.Background(), req, &engine.EvalOptions{Now: now})
 		checkDecision(t, fmt.Sprintf("case %d (%s %s)", i, op, c.Resource), c, d)
 	}
 }
@@ -196,7 +197,7 @@ func checkDecision(t *testing.T, name string, c expectedCase, d *engine.Decision
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("%s: results\n  %v\nwant\n  %v", name, got, want)
 		for _, r := range d.Results {
-			t.Logf("  %s %q %s %q %v %v", r.Policy, r.Rule, r.Result, r.Message, r.Properties, r.Exceptions)
+			t.Logf("  %s %q %s %q %v %v", r.Policy, r.Rule, r.Result, r.Message, r.Properties, r.Exceptions())
 		}
 		return
 	}
@@ -219,12 +220,12 @@ func checkDecision(t *testing.T, name string, c expectedCase, d *engine.Decision
 			}
 		}
 		if w.Exceptions != nil {
-			g := append([]string(nil), r.Exceptions...)
+			g := append([]string(nil), r.Exceptions()...)
 			sort.Strings(g)
 			e := append([]string(nil), w.Exceptions...)
 			sort.Strings(e)
 			if !reflect.DeepEqual(nilIfEmpty(g), nilIfEmpty(e)) {
-				t.Errorf("%s: %s exceptions = %v, want %v", name, r.Policy, r.Exceptions, w.Exceptions)
+				t.Errorf("%s: %s exceptions = %v, want %v", name, r.Policy, r.Exceptions(), w.Exceptions)
 			}
 		}
 	}

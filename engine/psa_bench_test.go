@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // BenchmarkPodSecurityAdmission decides a compliant and a violating Pod at
@@ -13,11 +15,11 @@ import (
 // Pod Security Admission alone — no other policy — through
 // PolicySet.Evaluate.
 func BenchmarkPodSecurityAdmission(b *testing.B) {
-	config := engine.NewObject("config", map[string]any{
+	config := manifest.NewObject("config", map[string]any{
 		"apiVersion": "pod-security.admission.config.k8s.io/v1", "kind": "PodSecurityConfiguration",
 		"defaults": map[string]any{"enforce": "restricted", "audit": "restricted", "warn": "restricted"},
 	})
-	namespace := engine.NewObject("namespace", map[string]any{
+	namespace := manifest.NewObject("namespace", map[string]any{
 		"apiVersion": "v1", "kind": "Namespace",
 		"metadata": map[string]any{"name": "bench", "labels": map[string]any{
 			"pod-security.kubernetes.io/enforce": "restricted",
@@ -28,8 +30,8 @@ func BenchmarkPodSecurityAdmission(b *testing.B) {
 	_, pods := loadSet(b, "testdata/pss/compliant-pod.yaml", "testdata/pss/violating-pod.yaml")
 	for _, set := range []struct {
 		name string
-		objs []*engine.Object
-	}{{"config", []*engine.Object{config}}, {"labels", []*engine.Object{namespace}}} {
+		objs []*manifest.Object
+	}{{"config", []*manifest.Object{config}}, {"labels", []*manifest.Object{namespace}}} {
 		ps, err := engine.Compile(set.objs, engine.Options{})
 		if err != nil {
 			b.Fatal(err)
@@ -43,9 +45,9 @@ func BenchmarkPodSecurityAdmission(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()
 				for b.Loop() {
-					req := &engine.Request{Object: o.Content}
+					req := &admission.Request{Object: o.Content}
 					req.Fill()
-					d := ps.Evaluate(ctx, req)
+					d := ps.Evaluate(ctx, req, nil)
 					if d.Allowed != pod.allowed || len(d.Results) != 1 {
 						b.Fatalf("allowed %v, %d results", d.Allowed, len(d.Results))
 					}

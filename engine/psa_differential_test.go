@@ -24,6 +24,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	arbadmission "github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/psa"
 )
 
 // The Pod Security differential test runs Pods, workload resources and
@@ -590,20 +594,20 @@ func upstreamPSA(t testing.TB, config string, namespaces []psaNamespace) *admiss
 }
 
 func arbiterPSA(t testing.TB, config string, namespaces []psaNamespace) *engine.PolicySet {
-	var objs []*engine.Object
+	var objs []*manifest.Object
 	if config != "" {
 		var m map[string]any
 		if err := yaml.Unmarshal([]byte(config), &m); err != nil {
 			t.Fatal(err)
 		}
-		objs = append(objs, engine.NewObject("config.yaml", m))
+		objs = append(objs, manifest.NewObject("config.yaml", m))
 	}
 	for _, ns := range namespaces {
 		labels := map[string]any{}
 		for k, v := range ns.labels {
 			labels[k] = v
 		}
-		objs = append(objs, engine.NewObject("namespaces.yaml", map[string]any{
+		objs = append(objs, manifest.NewObject("namespaces.yaml", map[string]any{
 			"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns.name, "labels": labels}}))
 	}
 	ps, err := engine.Compile(objs, engine.Options{})
@@ -647,7 +651,7 @@ func (o psaOutcome) String() string {
 func runUpstream(t testing.TB, a *admission.Admission, c diffCase) psaOutcome {
 	object := decodeTyped(t, c.object)
 	gvk := object.GetObjectKind().GroupVersionKind()
-	gvr := engine.ResourceFor(gvk)
+	gvr := arbadmission.ResourceFor(gvk)
 	attrs := &psaapi.AttributesRecord{
 		Name:        c.object.m("metadata")["name"].(string),
 		Namespace:   c.namespace,
@@ -677,10 +681,10 @@ func runUpstream(t testing.TB, a *admission.Admission, c diffCase) psaOutcome {
 }
 
 func runArbiter(ps *engine.PolicySet, c diffCase) (psaOutcome, *engine.Decision) {
-	req := &engine.Request{Operation: c.op, Object: c.object, OldObject: c.oldObject, SubResource: c.sub,
-		Namespace: c.namespace, UserInfo: engine.UserInfo{Username: c.user}, Mode: engine.ModeAdmission}
+	req := &arbadmission.Request{Operation: c.op, Object: c.object, OldObject: c.oldObject, SubResource: c.sub,
+		Namespace: c.namespace, UserInfo: arbadmission.UserInfo{Username: c.user}, Mode: arbadmission.ModeAdmission}
 	req.Fill()
-	d := ps.Evaluate(context.Background(), req)
+	d := ps.Evaluate(context.Background(), req, nil)
 	out := psaOutcome{Allowed: d.Allowed, Warnings: d.Warnings, Annotations: d.AuditAnnotations}
 	if !d.Allowed {
 		out.Code, out.Reason, out.Message = d.Code, d.Reason, d.Message
@@ -782,7 +786,7 @@ func normalizeOutcome(o psaOutcome) psaOutcome {
 func checkPSAResults(t *testing.T, c diffCase, d *engine.Decision) {
 	t.Helper()
 	for _, r := range d.Results {
-		if r.PolicyKind != engine.KindPodSecurity || r.Source != engine.SourcePodSecurity {
+		if r.PolicyKind != psa.KindPodSecurity || r.Source != outcome.SourcePodSecurity {
 			t.Errorf("%s: result %+v is not a Pod Security result", c.name, r)
 		}
 	}
@@ -790,7 +794,7 @@ func checkPSAResults(t *testing.T, c diffCase, d *engine.Decision) {
 		return
 	}
 	for _, r := range d.Results {
-		if (r.Result == engine.ResultFail || r.Result == engine.ResultError) && slices.Contains(r.Actions, "Deny") {
+		if (r.Result == outcome.Fail || r.Result == outcome.Error) && slices.Contains(r.Actions, "Deny") {
 			return
 		}
 	}

@@ -13,7 +13,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/psa"
 )
 
 // A Pod Security query case is a YAML file in testdata/psa-query: a
@@ -51,7 +53,7 @@ func TestPSAQueryGolden(t *testing.T) {
 	}
 }
 
-func psaInventoryLine(in engine.PodSecurityInfo) string {
+func psaInventoryLine(in psa.Info) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s [%s] %s", in.Level, strings.Join(in.Actions, ","), psaResourcesWord(in.Resources))
 	for _, u := range in.Uses {
@@ -86,7 +88,11 @@ func psaResourcesWord(rs []string) string {
 
 func psaApplicableLine(a engine.Applicable) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", a.Policy.Kind, a.Policy.Key())
+	key := a.Name
+	if a.Namespace != "" {
+		key = a.Namespace + "/" + a.Name
+	}
+	fmt.Fprintf(&b, "%s %s", a.Kind, key)
 	if in := a.PodSecurity; in != nil {
 		fmt.Fprintf(&b, " [%s] %s", strings.Join(in.Actions, ","), psaResourcesWord(in.Resources))
 		for _, u := range in.Uses {
@@ -117,7 +123,7 @@ func runPSAQuery(t *testing.T, file string) {
 		t.Fatal(err)
 	}
 	var exp *psaQueryDoc
-	var objs []*engine.Object
+	var objs []*manifest.Object
 	for _, d := range docs {
 		if d.Kind() == "ExpectQuery" && strings.HasPrefix(d.APIVersion(), "test.arbiter.dev/") {
 			b, _ := yaml.Marshal(d.Object)
@@ -127,7 +133,7 @@ func runPSAQuery(t *testing.T, file string) {
 			}
 			continue
 		}
-		objs = append(objs, engine.NewObject(d.Source(), d.Object))
+		objs = append(objs, manifest.NewObject(d.Source(), d.Object))
 	}
 	if exp == nil {
 		t.Fatal("no ExpectQuery document")
@@ -143,7 +149,7 @@ func runPSAQuery(t *testing.T, file string) {
 	if got, want := strings.Join(inventory, "\n"), strings.Join(exp.Inventory, "\n"); got != want {
 		t.Errorf("inventory:\n%s\nwant:\n%s", got, want)
 	}
-	resources := map[string]*engine.Object{}
+	resources := map[string]*manifest.Object{}
 	for _, o := range objs {
 		if c := engine.Classify(o); c == engine.ClassResource || c == engine.ClassNamespace {
 			resources[o.Ref()] = o
@@ -155,22 +161,22 @@ func runPSAQuery(t *testing.T, file string) {
 		if !ok {
 			t.Fatalf("case %d: no resource %q in the file", i, c.Resource)
 		}
-		req := &engine.Request{Operation: firstNonEmpty(c.Operation, engine.OpCreate), Now: now, Mode: engine.ModeAdmission,
-			UserInfo: engine.UserInfo{Username: c.Username}}
+		req := &admission.Request{Operation: firstNonEmpty(c.Operation, admission.OpCreate), Mode: admission.ModeAdmission,
+			UserInfo: admission.UserInfo{Username: c.Username}}
 		obj := o.Content
 		if c.Synthetic {
 			md, _ := o.Content["metadata"].(map[string]any)
 			obj = map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind,
 				"metadata": map[string]any{"name": md["name"], "namespace": md["namespace"], "labels": md["labels"]}}
 		}
-		if req.Operation == engine.OpDelete {
+		if req.Operation == admission.OpDelete {
 			req.OldObject = obj
 		} else {
 			req.Object = obj
 		}
 		req.Fill()
 		var lines []string
-		for _, a := range ps.Applicable(context.Background(), req, !c.Synthetic) {
+		for _, a := range ps.Applicable(context.Background(), req, !c.Synthetic, &engine.EvalOptions{Now: now}) {
 			lines = append(lines, psaApplicableLine(a))
 		}
 		if got, want := strings.Join(lines, "\n"), strings.Join(c.Applicable, "\n"); got != want {
@@ -182,16 +188,16 @@ func runPSAQuery(t *testing.T, file string) {
 		// The decision has results at exactly those levels, with those
 		// actions (a skip for an exemption is no level that applies).
 		var applied, decided []string
-		for _, a := range ps.Applicable(context.Background(), req, true) {
+		for _, a := range ps.Applicable(context.Background(), req, true, &engine.EvalOptions{Now: now}) {
 			if a.PodSecurity != nil {
 				applied = append(applied, a.PodSecurity.Level+" "+strings.Join(a.PodSecurity.Actions, ","))
 			}
 		}
-		d := ps.Evaluate(context.Background(), req)
+		d := ps.Evaluate(context.Background(), req, &engine.EvalOptions{Now: now})
 		actions := map[string][]string{}
 		var levels []string
 		for _, r := range d.Results {
-			if r.PolicyKind != engine.KindPodSecurity || r.Rule == "namespace-labels" || r.Properties["exemption"] != "" {
+			if r.PolicyKind != psa.KindPodSecurity || r.Rule == "namespace-labels" || r.Properties["exemption"] != "" {
 				continue
 			}
 			if _, ok := actions[r.Policy]; !ok {
@@ -217,11 +223,11 @@ func runPSAQuery(t *testing.T, file string) {
 // The resources of a level: v1/pods, and the workload resources when it
 // audits or warns.
 func TestPSAQueryResources(t *testing.T) {
-	config := engine.NewObject("config.yaml", map[string]any{
+	config := manifest.NewObject("config.yaml", map[string]any{
 		"apiVersion": "pod-security.admission.config.k8s.io/v1", "kind": "PodSecurityConfiguration",
 		"defaults": map[string]any{"enforce": "baseline", "audit": "restricted"},
 	})
-	ps, err := engine.Compile([]*engine.Object{config}, engine.Options{})
+	ps, err := engine.Compile([]*manifest.Object{config}, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

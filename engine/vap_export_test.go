@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
@@ -46,7 +47,7 @@ func TestExportVAPGolden(t *testing.T) {
 				continue
 			}
 			exported++
-			var source, target []*engine.Object
+			var source, target []*manifest.Object
 			for _, o := range objs {
 				switch engine.Classify(o) {
 				case engine.ClassPolicy:
@@ -61,7 +62,7 @@ func TestExportVAPGolden(t *testing.T) {
 				}
 			}
 			for _, content := range x.Objects {
-				target = append(target, engine.NewObject("export:"+x.Policy, roundTrip(t, content)))
+				target = append(target, manifest.NewObject("export:"+x.Policy, roundTrip(t, content)))
 			}
 			src, err := engine.Compile(source, engine.Options{})
 			if err != nil {
@@ -71,7 +72,7 @@ func TestExportVAPGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: the export of %s does not load: %v", file, x.Policy, err)
 			}
-			resources := map[string]*engine.Object{}
+			resources := map[string]*manifest.Object{}
 			for _, o := range objs {
 				if c := engine.Classify(o); c == engine.ClassResource || c == engine.ClassNamespace {
 					resources[o.Ref()] = o
@@ -86,9 +87,9 @@ func TestExportVAPGolden(t *testing.T) {
 					continue
 				}
 				req := goldenRequest(o, c, exp, now)
-				a := src.Evaluate(context.Background(), req)
+				a := src.Evaluate(context.Background(), req, &engine.EvalOptions{Now: now})
 				req = goldenRequest(o, c, exp, now)
-				b := dst.Evaluate(context.Background(), req)
+				b := dst.Evaluate(context.Background(), req, &engine.EvalOptions{Now: now})
 				compared++
 				if a.Allowed != b.Allowed || (len(a.Warnings) > 0) != (len(b.Warnings) > 0) {
 					t.Errorf("%s case %d (%s), policy %s: ValidatingPolicy allowed=%v warnings=%q, exported VAP allowed=%v warnings=%q (%q)",
@@ -116,7 +117,7 @@ func roundTrip(t *testing.T, content map[string]any) map[string]any {
 	return docs[0].Object
 }
 
-func readGolden(t *testing.T, file string) ([]*engine.Object, *expectDoc) {
+func readGolden(t *testing.T, file string) ([]*manifest.Object, *expectDoc) {
 	t.Helper()
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -127,7 +128,7 @@ func readGolden(t *testing.T, file string) ([]*engine.Object, *expectDoc) {
 		t.Fatal(err)
 	}
 	var exp *expectDoc
-	var objs []*engine.Object
+	var objs []*manifest.Object
 	for _, d := range docs {
 		if d.Kind() == "Expect" && strings.HasPrefix(d.APIVersion(), "test.arbiter.dev/") {
 			b, _ := yaml.Marshal(d.Object)
@@ -137,19 +138,19 @@ func readGolden(t *testing.T, file string) ([]*engine.Object, *expectDoc) {
 			}
 			continue
 		}
-		objs = append(objs, engine.NewObject(d.Source(), d.Object))
+		objs = append(objs, manifest.NewObject(d.Source(), d.Object))
 	}
 	return objs, exp
 }
 
 // goldenRequest builds a case's request as the golden runner does.
-func goldenRequest(o *engine.Object, c expectedCase, exp *expectDoc, now time.Time) *engine.Request {
-	op := firstNonEmpty(c.Operation, exp.Operation, engine.OpCreate)
-	req := &engine.Request{Operation: op, Now: now, SubResource: c.SubResource, Mode: engine.ModeAdmission}
+func goldenRequest(o *manifest.Object, c expectedCase, exp *expectDoc, now time.Time) *admission.Request {
+	op := firstNonEmpty(c.Operation, exp.Operation, admission.OpCreate)
+	req := &admission.Request{Operation: op, SubResource: c.SubResource, Mode: admission.ModeAdmission}
 	switch op {
-	case engine.OpDelete:
+	case admission.OpDelete:
 		req.OldObject = o.Content
-	case engine.OpUpdate:
+	case admission.OpUpdate:
 		req.Object = o.Content
 		req.OldObject = o.Content
 		if c.OldObject != nil {
@@ -159,11 +160,11 @@ func goldenRequest(o *engine.Object, c expectedCase, exp *expectDoc, now time.Ti
 		req.Object = o.Content
 	}
 	if ui := firstUser(c.UserInfo, exp.UserInfo); ui != nil {
-		req.UserInfo = engine.UserInfo{Username: ui.Username, Groups: ui.Groups}
+		req.UserInfo = admission.UserInfo{Username: ui.Username, Groups: ui.Groups}
 	}
 	req.Fill()
 	gk := schema.FromAPIVersionAndKind(o.APIVersion, o.Kind).GroupKind()
-	if req.Namespace == "" && engine.IsNamespaced(gk) {
+	if req.Namespace == "" && admission.IsNamespaced(gk) {
 		req.Namespace = "default"
 	}
 	return req

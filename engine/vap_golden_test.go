@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
@@ -67,7 +68,7 @@ func runVAPGolden(t *testing.T, file string) {
 		t.Fatal(err)
 	}
 	var exp *vapExpectDoc
-	var objs []*engine.Object
+	var objs []*manifest.Object
 	for _, d := range docs {
 		if d.Kind() == "Expect" && strings.HasPrefix(d.APIVersion(), "test.arbiter.dev/") {
 			b, _ := yaml.Marshal(d.Object)
@@ -77,7 +78,7 @@ func runVAPGolden(t *testing.T, file string) {
 			}
 			continue
 		}
-		objs = append(objs, engine.NewObject(d.Source(), d.Object))
+		objs = append(objs, manifest.NewObject(d.Source(), d.Object))
 	}
 	if exp == nil {
 		t.Fatal("no Expect document")
@@ -92,7 +93,7 @@ func runVAPGolden(t *testing.T, file string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resources := map[string]*engine.Object{}
+	resources := map[string]*manifest.Object{}
 	for _, o := range objs {
 		if c := engine.Classify(o); c == engine.ClassResource || c == engine.ClassNamespace {
 			resources[o.Ref()] = o
@@ -114,9 +115,9 @@ func runVAPGolden(t *testing.T, file string) {
 		req := goldenRequest(o, c.expectedCase, doc, now)
 		switch firstNonEmpty(c.Mode, exp.Mode, "admission") {
 		case "background":
-			req.Mode = engine.ModeBackground
+			req.Mode = admission.ModeBackground
 		case "cli":
-			req.Mode = engine.ModeCLI
+			req.Mode = admission.ModeCLI
 		}
 		if c.Namespace != "" {
 			req.Namespace = c.Namespace
@@ -124,7 +125,7 @@ func runVAPGolden(t *testing.T, file string) {
 		if c.ResourceVersion != "" {
 			req.Resource.Version = c.ResourceVersion
 		}
-		d := ps.Evaluate(context.Background(), req)
+		d := ps.Evaluate(context.Background(), req, nil)
 		name := fmt.Sprintf("case %d (%s %s)", i, req.Operation, c.Resource)
 		checkDecision(t, name, c.expectedCase, d)
 		if c.Code != 0 && d.Code != c.Code {

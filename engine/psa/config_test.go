@@ -26,7 +26,7 @@ func TestIsControllerServiceAccount(t *testing.T) {
 }
 
 func TestControllerWarnings(t *testing.T) {
-	c, errs := Compile(&apiv1.PodSecurityConfiguration{Exemptions: apiv1.PodSecurityExemptions{
+	c, errs := CompileConfig(&apiv1.PodSecurityConfiguration{Exemptions: apiv1.PodSecurityExemptions{
 		Usernames: []string{"alice", "system:serviceaccount:kube-system:replicaset-controller", "system:serviceaccount:kube-system:cronjob-controller"},
 	}})
 	if len(errs) > 0 {

@@ -19,6 +19,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	arbadmission "github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 )
 
@@ -95,8 +96,8 @@ func BenchmarkVAP(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			out := set.Evaluate(ctx, &vap.Request{Operation: vap.OpCreate, Object: obj, Kind: benchGVK, Resource: benchGVR,
-				Name: "web", Namespace: "default", UserInfo: vap.UserInfo{Username: "alice", Groups: []string{"devs"}}})
+			out := set.Decide(ctx, &arbadmission.Request{Operation: arbadmission.OpCreate, Object: obj, Kind: benchGVK, Resource: benchGVR,
+				Name: "web", Namespace: "default", UserInfo: arbadmission.UserInfo{Username: "alice", Groups: []string{"devs"}}}, nil)
 			if len(out.Denials) != 0 || len(out.Results) != 1 || out.Results[0].Result != vap.ResultPass {
 				b.Fatalf("unexpected outcome: %+v", out)
 			}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 )
 
@@ -72,7 +73,7 @@ func withParams(c *diffCase, params ...*unstructured.Unstructured) *diffCase {
 }
 
 // clusterRequest is a CREATE of a ClusterRole.
-func clusterRequest(r *vap.Request) {
+func clusterRequest(r *admission.Request) {
 	r.Object = map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": "reader", "labels": map[string]any{"env": "dev"}}}
 	r.Kind = schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}
 	r.Resource = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
@@ -82,7 +83,7 @@ func clusterRequest(r *vap.Request) {
 var clusterroles = rule([]string{"rbac.authorization.k8s.io"}, []string{"v1"}, []string{"clusterroles"})
 
 // namespaceRequest is a CREATE of the Namespace "team-a".
-func namespaceRequest(r *vap.Request) {
+func namespaceRequest(r *admission.Request) {
 	r.Object = map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "team-a", "labels": map[string]any{"env": "dev"}}}
 	r.Kind = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
 	r.Resource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -92,8 +93,8 @@ func namespaceRequest(r *vap.Request) {
 var namespacesRule = rule([]string{""}, []string{"v1"}, []string{"namespaces"})
 
 // deploymentRequest is a CREATE of a Deployment at apiVersion (group/version).
-func deploymentRequest(apiVersion string) func(r *vap.Request) {
-	return func(r *vap.Request) {
+func deploymentRequest(apiVersion string) func(r *admission.Request) {
+	return func(r *admission.Request) {
 		gv, _ := schema.ParseGroupVersion(apiVersion)
 		r.Object = map[string]any{"apiVersion": apiVersion, "kind": "Deployment",
 			"metadata": map[string]any{"name": "web", "namespace": "default", "labels": map[string]any{"app": "web"}},
@@ -206,7 +207,7 @@ func differentialCases() []*diffCase {
 		one("matchConditions/namespaceObject is null", with(pol("", F, V("false", "matchConditions saw namespaceObject == null", "")), func(p *P) {
 			p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{mc("ns-null", "namespaceObject == null")}
 		})),
-		one("matchConditions/authorizer, system:masters", mcPolicy(F, mc("can", "authorizer.group('').resource('pods').namespace('default').check('delete').allowed()"))).withReq(func(r *vap.Request) {
+		one("matchConditions/authorizer, system:masters", mcPolicy(F, mc("can", "authorizer.group('').resource('pods').namespace('default').check('delete').allowed()"))).withReq(func(r *admission.Request) {
 			r.UserInfo.Groups = append(r.UserInfo.Groups, vap.MastersGroup)
 		}),
 		one("matchConditions/authorizer, no opinion", mcPolicy(F, mc("can", "authorizer.group('').resource('pods').namespace('default').check('delete').allowed()"))),
@@ -267,7 +268,7 @@ func differentialCases() []*diffCase {
 		one("auditAnnotations/publish, trim, empty, null, truncate", with(pol("", F), func(p *P) {
 			p.Spec.AuditAnnotations = []admissionregistrationv1.AuditAnnotation{aa("who", "'name=' + object.metadata.name"), aa("padded", "'  v  '"),
 				aa("empty", "'  '"), aa("nul", "null"), aa("big", "string(object.data.big)")}
-		})).withReq(func(r *vap.Request) { r.Object["data"].(map[string]any)["big"] = big }),
+		})).withReq(func(r *admission.Request) { r.Object["data"].(map[string]any)["big"] = big }),
 		one("auditAnnotations/runtime error, Fail", with(pol("", F), func(p *P) {
 			p.Spec.AuditAnnotations = []admissionregistrationv1.AuditAnnotation{aa("bad", "string(object.metadata.nope)")}
 		})),
@@ -401,7 +402,7 @@ func differentialCases() []*diffCase {
 	add(
 		one("match/resourceNames mismatch", with(pol("", F, V("false", "x", "")), func(p *P) { p.Spec.MatchConstraints.ResourceRules[0].ResourceNames = []string{"alpha"} })),
 		one("match/resourceNames match", with(pol("", F, V("false", "named", "")), func(p *P) { p.Spec.MatchConstraints.ResourceRules[0].ResourceNames = []string{"alpha", "beta"} })),
-		one("match/resourceNames and generateName", with(pol("", F, V("false", "named", "")), func(p *P) { p.Spec.MatchConstraints.ResourceRules[0].ResourceNames = []string{"beta"} })).withReq(func(r *vap.Request) {
+		one("match/resourceNames and generateName", with(pol("", F, V("false", "named", "")), func(p *P) { p.Spec.MatchConstraints.ResourceRules[0].ResourceNames = []string{"beta"} })).withReq(func(r *admission.Request) {
 			r.Name = ""
 			md := r.Object["metadata"].(map[string]any)
 			delete(md, "name")
@@ -420,19 +421,19 @@ func differentialCases() []*diffCase {
 		})),
 		one("match/objectSelector", with(pol("", F, V("false", "objsel matched", "")), func(p *P) { p.Spec.MatchConstraints.ObjectSelector = selector(map[string]string{"app-name": "x"}) })),
 		one("match/objectSelector no match", with(pol("", F, V("false", "x", "")), func(p *P) { p.Spec.MatchConstraints.ObjectSelector = selector(map[string]string{"app-name": "zzz"}) })),
-		one("match/objectSelector on oldObject", with(pol("", F, V("false", "old matched", "")), func(p *P) { p.Spec.MatchConstraints.ObjectSelector = selector(map[string]string{"was": "here"}) })).withReq(func(r *vap.Request) {
-			r.Operation = vap.OpUpdate
+		one("match/objectSelector on oldObject", with(pol("", F, V("false", "old matched", "")), func(p *P) { p.Spec.MatchConstraints.ObjectSelector = selector(map[string]string{"was": "here"}) })).withReq(func(r *admission.Request) {
+			r.Operation = admission.OpUpdate
 			r.OldObject = cm("beta", "default", map[string]any{"was": "here"}, nil)
 		}),
-		one("match/objectSelector on DELETE", with(pol("", F, V("object == null", "x", "")), func(p *P) { p.Spec.MatchConstraints.ObjectSelector = selector(map[string]string{"env": "dev"}) })).withReq(func(r *vap.Request) {
-			r.Operation, r.OldObject, r.Object = vap.OpDelete, r.Object, nil
+		one("match/objectSelector on DELETE", with(pol("", F, V("object == null", "x", "")), func(p *P) { p.Spec.MatchConstraints.ObjectSelector = selector(map[string]string{"env": "dev"}) })).withReq(func(r *admission.Request) {
+			r.Operation, r.OldObject, r.Object = admission.OpDelete, r.Object, nil
 		}),
 		one("match/objectSelector with expressions", with(pol("", F, V("false", "exists", "")), func(p *P) {
 			p.Spec.MatchConstraints.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "env", Operator: metav1.LabelSelectorOpIn, Values: []string{"dev", "test"}}}}
 		})),
 		one("match/namespaceSelector", with(pol("", F, V("false", "dev namespace", "")), func(p *P) { p.Spec.MatchConstraints.NamespaceSelector = selector(map[string]string{"env": "dev"}) })),
 		one("match/namespaceSelector no match", with(pol("", F, V("false", "x", "")), func(p *P) { p.Spec.MatchConstraints.NamespaceSelector = selector(map[string]string{"env": "prod"}) })),
-		one("match/namespaceSelector, other namespace", with(pol("", F, V("false", "prod namespace", "")), func(p *P) { p.Spec.MatchConstraints.NamespaceSelector = selector(map[string]string{"env": "prod"}) })).withReq(func(r *vap.Request) {
+		one("match/namespaceSelector, other namespace", with(pol("", F, V("false", "prod namespace", "")), func(p *P) { p.Spec.MatchConstraints.NamespaceSelector = selector(map[string]string{"env": "prod"}) })).withReq(func(r *admission.Request) {
 			r.Namespace = "prod"
 			r.Object["metadata"].(map[string]any)["namespace"] = "prod"
 		}),
@@ -452,9 +453,9 @@ func differentialCases() []*diffCase {
 			p.Spec.MatchConstraints.ResourceRules[0].Scope = ptr(admissionregistrationv1.NamespacedScope)
 		})),
 		one("match/operation mismatch", matchOn(pol("", F, V("false", "x", "")), rule([]string{""}, []string{"v1"}, []string{"configmaps"}, admissionregistrationv1.Update))),
-		one("match/subresource not matched by the resource", pol("", F, V("false", "x", ""))).withReq(func(r *vap.Request) { r.SubResource = "status" }),
-		one("match/subresource by res/*", matchOn(pol("", F, V("false", "any subresource", "")), rule([]string{""}, []string{"v1"}, []string{"configmaps/*"}))).withReq(func(r *vap.Request) { r.SubResource = "status" }),
-		one("match/subresource by */status", matchOn(pol("", F, V("false", "status of anything", "")), rule([]string{"*"}, []string{"*"}, []string{"*/status"}))).withReq(func(r *vap.Request) { r.SubResource = "status" }),
+		one("match/subresource not matched by the resource", pol("", F, V("false", "x", ""))).withReq(func(r *admission.Request) { r.SubResource = "status" }),
+		one("match/subresource by res/*", matchOn(pol("", F, V("false", "any subresource", "")), rule([]string{""}, []string{"v1"}, []string{"configmaps/*"}))).withReq(func(r *admission.Request) { r.SubResource = "status" }),
+		one("match/subresource by */status", matchOn(pol("", F, V("false", "status of anything", "")), rule([]string{"*"}, []string{"*"}, []string{"*/status"}))).withReq(func(r *admission.Request) { r.SubResource = "status" }),
 		one("match/wildcards", matchOn(pol("", F, V("false", "everything", "")), rule([]string{"*"}, []string{"*"}, []string{"*"}))),
 		one("match/group mismatch", matchOn(pol("", F, V("false", "x", "")), rule([]string{"apps"}, []string{"v1"}, []string{"configmaps"}))),
 		one("match/Exact: an equivalent version does not match", with(matchOn(pol("", F, V("false", "x", "")), deploymentsV1), func(p *P) {
@@ -468,7 +469,7 @@ func differentialCases() []*diffCase {
 		one("match/Equivalent, matchConditions see the requested resource", with(matchOn(pol("", F, V("false", "mc saw it", "")), deploymentsV1), func(p *P) {
 			p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{mc("res", "request.resource.version == 'v1beta2' && request.kind.version == 'v1'")}
 		})).withReq(deploymentRequest("apps/v1beta2")),
-		one("match/no equivalents known", matchOn(pol("", F, V("false", "x", "")), rule([]string{"example.com"}, []string{"v2"}, []string{"widgets"}))).withReq(func(r *vap.Request) {
+		one("match/no equivalents known", matchOn(pol("", F, V("false", "x", "")), rule([]string{"example.com"}, []string{"v2"}, []string{"widgets"}))).withReq(func(r *admission.Request) {
 			r.Object = map[string]any{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": map[string]any{"name": "w", "namespace": "default"}}
 			r.Kind = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
 			r.Resource = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -519,27 +520,27 @@ func differentialCases() []*diffCase {
 	// ---- request, variables and values ----
 	add(
 		one("request/fields and authorizer", pol("", F, V("request.operation == 'CREATE' && request.userInfo.username == 'alice' && request.kind.kind == 'ConfigMap' && request.resource.resource == 'configmaps' && oldObject == null && authorizer.group('').resource('pods').namespace('default').check('create').allowed()", "", "'request: ' + request.name + ' dryRun=' + string(request.dryRun)"))),
-		one("request/userInfo", pol("", F, V("false", "", "request.userInfo.username + ' ' + request.userInfo.uid + ' ' + request.userInfo.groups.join(',') + ' ' + request.userInfo.extra['scopes'].join(',')"))).withReq(func(r *vap.Request) {
+		one("request/userInfo", pol("", F, V("false", "", "request.userInfo.username + ' ' + request.userInfo.uid + ' ' + request.userInfo.groups.join(',') + ' ' + request.userInfo.extra['scopes'].join(',')"))).withReq(func(r *admission.Request) {
 			r.UserInfo.Extra = map[string][]string{"scopes": {"a", "b"}}
 		}),
 		one("request/no extra", pol("", F, V("false", "", "string(size(request.userInfo.extra)) + ' ' + string(has(request.userInfo.extra))"))),
 		one("request/name and namespace", pol("", F, V("false", "", "request.name + '@' + request.namespace + ' ' + request.requestKind.kind + ' ' + request.requestResource.resource"))),
-		one("request/subResource", matchOn(pol("", F, V("false", "", "request.subResource + ' ' + request.requestSubResource")), rule([]string{""}, []string{"v1"}, []string{"configmaps/status"}))).withReq(func(r *vap.Request) { r.SubResource = "status" }),
-		one("request/dryRun", pol("", F, V("!request.dryRun", "dry run", ""))).withReq(func(r *vap.Request) { r.DryRun = true }),
-		one("request/options", pol("", F, V("false", "", "string(request.options.dryRun)"))).withReq(func(r *vap.Request) {
+		one("request/subResource", matchOn(pol("", F, V("false", "", "request.subResource + ' ' + request.requestSubResource")), rule([]string{""}, []string{"v1"}, []string{"configmaps/status"}))).withReq(func(r *admission.Request) { r.SubResource = "status" }),
+		one("request/dryRun", pol("", F, V("!request.dryRun", "dry run", ""))).withReq(func(r *admission.Request) { r.DryRun = true }),
+		one("request/options", pol("", F, V("false", "", "string(request.options.dryRun)"))).withReq(func(r *admission.Request) {
 			r.Options = map[string]any{"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "dryRun": []any{"All"}}
 		}),
 		one("request/no options", pol("", F, V("false", "", "string(request.options == null)"))),
 		one("request/uid is not a field", pol("", F, V("has(request.uid)", "", ""))).withLoadError("undefined field 'uid'", "undefined field 'uid'"),
-		one("request/DELETE", pol("", F, V("object != null", "", "'DELETE: object is null; oldObject.metadata.name=' + oldObject.metadata.name"))).withReq(func(r *vap.Request) {
-			r.Operation, r.OldObject, r.Object = vap.OpDelete, r.Object, nil
+		one("request/DELETE", pol("", F, V("object != null", "", "'DELETE: object is null; oldObject.metadata.name=' + oldObject.metadata.name"))).withReq(func(r *admission.Request) {
+			r.Operation, r.OldObject, r.Object = admission.OpDelete, r.Object, nil
 		}),
-		one("request/UPDATE", pol("", F, V("object.data == oldObject.data", "", "'changed from ' + string(oldObject.data.count) + ' to ' + string(object.data.count)"))).withReq(func(r *vap.Request) {
-			r.Operation = vap.OpUpdate
+		one("request/UPDATE", pol("", F, V("object.data == oldObject.data", "", "'changed from ' + string(oldObject.data.count) + ' to ' + string(object.data.count)"))).withReq(func(r *admission.Request) {
+			r.Operation = admission.OpUpdate
 			r.OldObject = cm("beta", "default", nil, map[string]any{"count": "2"})
 		}),
-		one("request/CONNECT", matchOn(pol("", F, V("false", "", "request.operation + ' ' + request.subResource")), rule([]string{""}, []string{"v1"}, []string{"pods/exec"}, admissionregistrationv1.Connect))).withReq(func(r *vap.Request) {
-			r.Operation = vap.OpConnect
+		one("request/CONNECT", matchOn(pol("", F, V("false", "", "request.operation + ' ' + request.subResource")), rule([]string{""}, []string{"v1"}, []string{"pods/exec"}, admissionregistrationv1.Connect))).withReq(func(r *admission.Request) {
+			r.Operation = admission.OpConnect
 			r.Object = map[string]any{"apiVersion": "v1", "kind": "PodExecOptions", "command": []any{"sh"}}
 			r.Kind = schema.GroupVersionKind{Version: "v1", Kind: "PodExecOptions"}
 			r.Resource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -549,22 +550,22 @@ func differentialCases() []*diffCase {
 		one("values/namespaceObject has no spec fields set", pol("", F, V("false", "", "string(has(namespaceObject.spec)) + string(has(namespaceObject.status))"))),
 		one("values/namespaceObject null when cluster-scoped", matchOn(pol("", F, V("namespaceObject != null", "null namespaceObject", "")), clusterroles)).withReq(clusterRequest),
 		one("values/namespaceObject null on a Namespace", matchOn(pol("", F, V("namespaceObject != null", "null on namespaces", "")), namespacesRule)).withReq(namespaceRequest),
-		one("values/namespace without labels", pol("", F, V("false", "", "namespaceObject.metadata.name"))).withReq(func(r *vap.Request) {
+		one("values/namespace without labels", pol("", F, V("false", "", "namespaceObject.metadata.name"))).withReq(func(r *admission.Request) {
 			r.Namespace = "extra"
 			r.Object["metadata"].(map[string]any)["namespace"] = "extra"
 		}).withNamespaces(map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "extra"}}),
-		one("values/numbers", pol("", F, V("false", "", "string(object.spec.n + 1) + ' ' + string(object.spec.f * 2.0) + ' ' + string(object.spec.n == 2.0)"))).withReq(func(r *vap.Request) {
+		one("values/numbers", pol("", F, V("false", "", "string(object.spec.n + 1) + ' ' + string(object.spec.f * 2.0) + ' ' + string(object.spec.n == 2.0)"))).withReq(func(r *admission.Request) {
 			r.Object["spec"] = map[string]any{"n": int64(2), "f": 1.5}
 		}),
-		one("values/lists of untyped objects keep their order", pol("", F, V("[1, 2] == [2, 1] || object.spec.l == [2, 1]", "", "(object.spec.l + [3]).map(x, string(x)).join(',')"))).withReq(func(r *vap.Request) {
+		one("values/lists of untyped objects keep their order", pol("", F, V("[1, 2] == [2, 1] || object.spec.l == [2, 1]", "", "(object.spec.l + [3]).map(x, string(x)).join(',')"))).withReq(func(r *admission.Request) {
 			r.Object["spec"] = map[string]any{"l": []any{int64(1), int64(2)}}
 		}),
 		one("values/map iteration and two-variable comprehensions", pol("", F, V("false", "", "string(object.metadata.labels.all(k, v, k != '' && v != ''))"))),
-		one("values/authorizer, system:masters", pol("", F, V("!authorizer.group('apps').resource('deployments').namespace('prod').check('delete').allowed()", "masters may", ""))).withReq(func(r *vap.Request) {
+		one("values/authorizer, system:masters", pol("", F, V("!authorizer.group('apps').resource('deployments').namespace('prod').check('delete').allowed()", "masters may", ""))).withReq(func(r *admission.Request) {
 			r.UserInfo.Groups = []string{vap.MastersGroup}
 		}),
 		one("values/authorizer, no opinion", pol("", F, V("authorizer.group('').resource('secrets').check('get').allowed() || authorizer.group('').resource('secrets').check('get').reason() != ''", "no opinion, no reason", ""))),
-		one("values/authorizer.requestResource", pol("", F, V("!authorizer.requestResource.check('create').allowed()", "may create", ""))).withReq(func(r *vap.Request) {
+		one("values/authorizer.requestResource", pol("", F, V("!authorizer.requestResource.check('create').allowed()", "may create", ""))).withReq(func(r *admission.Request) {
 			r.UserInfo.Groups = []string{vap.MastersGroup}
 		}),
 		one("values/authorizer errors", pol("", F, V("!authorizer.group('').resource('pods').check('get').errored()", "errored", ""))),
@@ -589,7 +590,7 @@ func differentialCases() []*diffCase {
 			paramRef("limits", "", admissionregistrationv1.DenyAction)), param("ConfigMap", "default", "limits", nil, map[string]any{"max-count": "7"})).
 			withSeed(seedDenied("params escape works"), kubeNoKey),
 		one("escaping/in a messageExpression", pol("", F, V("false", "fallback", "'label ' + object.metadata.labels.app__dash__name"))).withSeed(seedDenied("label x"), "fallback"),
-		one("escaping/excluded resources", matchOn(pol("", F, V("false", "never", "")), rule([]string{"admissionregistration.k8s.io"}, []string{"v1"}, []string{"*"}))).withReq(func(r *vap.Request) {
+		one("escaping/excluded resources", matchOn(pol("", F, V("false", "never", "")), rule([]string{"admissionregistration.k8s.io"}, []string{"v1"}, []string{"*"}))).withReq(func(r *admission.Request) {
 			r.Object = map[string]any{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding", "metadata": map[string]any{"name": "x"}}
 			r.Kind = schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"}
 			r.Resource = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}

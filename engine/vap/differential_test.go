@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 )
 
@@ -117,7 +118,7 @@ type diffCase struct {
 	// namespaces are Namespace objects besides the defaults.
 	namespaces []map[string]any
 	// req changes the default request (CREATE configmaps default/beta by alice).
-	req func(r *vap.Request)
+	req func(r *admission.Request)
 	// loadError: Arbiter refuses the policies (as API validation does)
 	// with this text; kubeContains: the reference run denies with it.
 	loadError    string
@@ -161,15 +162,15 @@ func defaultObject() map[string]any {
 		map[string]any{"namespace": "n", "x-prop": "1", "redact__d": "2", "in": "3", "count": "3"})
 }
 
-func (c *diffCase) request() *vap.Request {
-	r := &vap.Request{
-		Operation: vap.OpCreate,
+func (c *diffCase) request() *admission.Request {
+	r := &admission.Request{
+		Operation: admission.OpCreate,
 		Object:    defaultObject(),
 		Kind:      schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
 		Resource:  schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
 		Name:      "beta",
 		Namespace: "default",
-		UserInfo:  vap.UserInfo{Username: "alice", UID: "u-1", Groups: []string{"devs", "system:authenticated"}},
+		UserInfo:  admission.UserInfo{Username: "alice", UID: "u-1", Groups: []string{"devs", "system:authenticated"}},
 	}
 	if c.req != nil {
 		c.req(r)
@@ -214,7 +215,7 @@ func arbiterRun(c *diffCase) (outcome, error) {
 		namespaces[md["name"].(string)] = n
 	}
 	set := vap.NewSet(policies, bindings, params, namespaces, vap.Options{Namespaced: func(schema.GroupKind) bool { return !c.clusterParams }})
-	out := set.Evaluate(context.Background(), c.request())
+	out := set.Decide(context.Background(), c.request(), nil)
 	o := outcome{allowed: len(out.Denials) == 0, warnings: out.Warnings, annotations: out.AuditAnnotations}
 	if len(out.Denials) > 0 {
 		d := out.Denials[0]
@@ -306,7 +307,7 @@ func one(name string, p *admissionregistrationv1.ValidatingAdmissionPolicy, acti
 	return &diffCase{name: name, policies: []*admissionregistrationv1.ValidatingAdmissionPolicy{p}, bindings: []*admissionregistrationv1.ValidatingAdmissionPolicyBinding{bind("b", "p", actions...)}}
 }
 
-func (c *diffCase) withReq(f func(r *vap.Request)) *diffCase {
+func (c *diffCase) withReq(f func(r *admission.Request)) *diffCase {
 	c.req = f
 	return c
 }

@@ -81,7 +81,7 @@ type evalRequest struct {
 	sub string
 	// trace receives every evaluation and note (nil: not traced).
 	trace func(Step)
-	ns  *corev1.Namespace
+	ns    *corev1.Namespace
 	// nsRestricted is the namespace as validations see it (the plugin's
 	// CreateNamespaceObject); nil for cluster-scoped requests and requests
 	// on Namespaces.

@@ -1,4 +1,4 @@
-package engine
+package celeval_test
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/celeval"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 )
@@ -60,7 +63,7 @@ spec:
 // below; fastCostLimit leaves a 16× margin); and that the decision is the same when every program is
 // run tracked.
 func TestEstimatesBoundExactCost(t *testing.T) {
-	docs, err := manifest.ReadPaths(nil, "../deploy/examples/pod-security")
+	docs, err := manifest.ReadPaths(nil, "../../deploy/examples/pod-security")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +71,7 @@ func TestEstimatesBoundExactCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := Compile(FromDocuments(append(docs, heavy...)), Options{})
+	ps, err := engine.Compile(manifest.FromDocuments(append(docs, heavy...)), engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,44 +82,38 @@ func TestEstimatesBoundExactCost(t *testing.T) {
 	var worst float64
 	var worstExpr string
 	defer func() { t.Logf("worst ratio %.2f: %s", worst, worstExpr) }()
-	estimateCheck = func(st *policyState, p *program, lvl int) {
-		prg, err := p.trackedProgram()
-		if err != nil {
+	celeval.SetEstimateCheck(func(st *celeval.State, p *celeval.Program, lvl int) {
+		c, ok := celeval.Exact(st, p)
+		if !ok {
 			return
 		}
-		_, det, _ := prg.Eval(st)
-		if det == nil || det.ActualCost() == nil {
-			return
-		}
+		est := celeval.Estimate(p, lvl)
 		mu.Lock()
 		defer mu.Unlock()
 		checked++
-		c := *det.ActualCost()
-		if r := float64(c) / float64(max(p.est[lvl], 1)); r > worst {
-			worst, worstExpr = r, fmt.Sprintf("%s: estimate %d, exact %d", p.expr, p.est[lvl], c)
+		if r := float64(c) / float64(max(est, 1)); r > worst {
+			worst, worstExpr = r, fmt.Sprintf("%s: estimate %d, exact %d", p.Expr(), est, c)
 		}
 		// cel-go's estimator counts a field selection on a dyn value as
 		// free where the tracker charges 1, so small expressions can cost
 		// a little more than estimated; fastCostLimit keeps a 16× margin
 		// for that. Beyond 2× (and a few units) is an estimate that does
 		// not bound what it should.
-		if c > 2*p.est[lvl]+4 {
-			failures = append(failures, fmt.Sprintf("level %v: estimate %d < exact cost %d for %s", sizeLevels[lvl], p.est[lvl], c, p.expr))
+		if c > 2*est+4 {
+			lc, ls := celeval.SizeLevel(lvl)
+			failures = append(failures, fmt.Sprintf("level {%d %d}: estimate %d < exact cost %d for %s", lc, ls, est, c, p.Expr()))
 		}
-	}
-	t.Cleanup(func() { estimateCheck = nil })
+	})
+	t.Cleanup(func() { celeval.SetEstimateCheck(nil) })
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	ctx := context.Background()
 	for i := range 300 {
 		pod := randomPod(rng)
-		req := &Request{Object: pod}
+		req := &admission.Request{Object: pod}
 		req.Fill()
-		fast := ps.Evaluate(ctx, req)
-
-		exactReq := &Request{Object: pod, exact: true}
-		exactReq.Fill()
-		exact := ps.Evaluate(ctx, exactReq)
+		fast := ps.Evaluate(ctx, req, nil)
+		exact := ps.Evaluate(ctx, req, &engine.EvalOptions{ExactCost: true})
 		if len(fast.Results) != len(exact.Results) {
 			t.Fatalf("pod %d: %d results untracked, %d tracked", i, len(fast.Results), len(exact.Results))
 		}
@@ -130,7 +127,7 @@ func TestEstimatesBoundExactCost(t *testing.T) {
 			t.Errorf("pod %d: charged %d, less than the exact cost %d", i, fast.Cost, exact.Cost)
 		}
 		// The same pod decoded from JSON with its sizes measured by the
-		// decoder (Request.ObjectSizes): the same level, so the same
+		// decoder (EvalOptions.ObjectSizes): the same level, so the same
 		// decision and the same charge.
 		js, err := jsonenc.AppendValue(nil, pod)
 		if err != nil {
@@ -143,9 +140,9 @@ func TestEstimatesBoundExactCost(t *testing.T) {
 		if want := manifest.SizesOf(pod); sizes != want {
 			t.Fatalf("pod %d: decoder measured %+v, the pod has %+v", i, sizes, want)
 		}
-		sizedReq := &Request{Object: decoded, ObjectSizes: &sizes}
+		sizedReq := &admission.Request{Object: decoded}
 		sizedReq.Fill()
-		sized := ps.Evaluate(ctx, sizedReq)
+		sized := ps.Evaluate(ctx, sizedReq, &engine.EvalOptions{ObjectSizes: &sizes})
 		if sized.Cost != fast.Cost || len(sized.Results) != len(fast.Results) {
 			t.Fatalf("pod %d: with measured sizes charged %d (%d results), walked %d (%d results)", i, sized.Cost, len(sized.Results), fast.Cost, len(fast.Results))
 		}

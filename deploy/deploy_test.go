@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
@@ -750,7 +751,7 @@ func TestWebhookMatchConditions(t *testing.T) {
 	for _, r := range wh.Rules[0].Resources {
 		res = append(res, r)
 	}
-	policy := engine.NewObject("webhook", map[string]any{
+	policy := manifest.NewObject("webhook", map[string]any{
 		"apiVersion": "policies.kyverno.io/v1",
 		"kind":       "ValidatingPolicy",
 		"metadata":   map[string]any{"name": "sent-to-webhook"},
@@ -764,7 +765,7 @@ func TestWebhookMatchConditions(t *testing.T) {
 			"validations":     []any{map[string]any{"expression": "false", "message": "sent"}},
 		},
 	})
-	ps, err := engine.Compile([]*engine.Object{policy}, engine.Options{})
+	ps, err := engine.Compile([]*manifest.Object{policy}, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,39 +780,39 @@ func TestWebhookMatchConditions(t *testing.T) {
 		return map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{
 			"name": name, "labels": map[string]any{"kubernetes.io/metadata.name": name}}}
 	}
-	kubelet := engine.UserInfo{Username: "system:node:worker-1", Groups: []string{"system:nodes"}}
-	alice := engine.UserInfo{Username: "alice@example.com", Groups: []string{"system:authenticated"}}
-	controller := engine.UserInfo{Username: "system:serviceaccount:kube-system:statefulset-controller"}
+	kubelet := admission.UserInfo{Username: "system:node:worker-1", Groups: []string{"system:nodes"}}
+	alice := admission.UserInfo{Username: "alice@example.com", Groups: []string{"system:authenticated"}}
+	controller := admission.UserInfo{Username: "system:serviceaccount:kube-system:statefulset-controller"}
 	gvr := func(g, v, r string) schema.GroupVersionResource {
 		return schema.GroupVersionResource{Group: g, Version: v, Resource: r}
 	}
 	for _, tc := range []struct {
 		name string
 		sent bool
-		req  engine.Request
+		req  admission.Request
 	}{
-		{"pod create", true, engine.Request{Operation: "CREATE", Object: obj("v1", "Pod", "team-a", "web"), UserInfo: alice}},
-		{"deployment create", true, engine.Request{Operation: "CREATE", Object: obj("apps/v1", "Deployment", "team-a", "web"), UserInfo: alice}},
-		{"configmap delete", true, engine.Request{Operation: "DELETE", OldObject: obj("v1", "ConfigMap", "team-a", "c"), UserInfo: alice}},
-		{"pod exec", true, engine.Request{Operation: "CONNECT", Object: obj("v1", "PodExecOptions", "", ""), Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodExecOptions"},
+		{"pod create", true, admission.Request{Operation: "CREATE", Object: obj("v1", "Pod", "team-a", "web"), UserInfo: alice}},
+		{"deployment create", true, admission.Request{Operation: "CREATE", Object: obj("apps/v1", "Deployment", "team-a", "web"), UserInfo: alice}},
+		{"configmap delete", true, admission.Request{Operation: "DELETE", OldObject: obj("v1", "ConfigMap", "team-a", "c"), UserInfo: alice}},
+		{"pod exec", true, admission.Request{Operation: "CONNECT", Object: obj("v1", "PodExecOptions", "", ""), Kind: schema.GroupVersionKind{Version: "v1", Kind: "PodExecOptions"},
 			Resource: gvr("", "v1", "pods"), SubResource: "exec", Name: "web", Namespace: "team-a", UserInfo: alice}},
-		{"pod status by a controller", true, engine.Request{Operation: "UPDATE", Object: obj("v1", "Pod", "team-a", "web"), OldObject: obj("v1", "Pod", "team-a", "web"),
+		{"pod status by a controller", true, admission.Request{Operation: "UPDATE", Object: obj("v1", "Pod", "team-a", "web"), OldObject: obj("v1", "Pod", "team-a", "web"),
 			SubResource: "status", UserInfo: controller}},
-		{"namespace create", true, engine.Request{Operation: "CREATE", Object: namespace("team-b"), UserInfo: alice}},
-		{"node lease", false, engine.Request{Operation: "UPDATE", Object: obj("coordination.k8s.io/v1", "Lease", "kube-node-lease", "worker-1"),
+		{"namespace create", true, admission.Request{Operation: "CREATE", Object: namespace("team-b"), UserInfo: alice}},
+		{"node lease", false, admission.Request{Operation: "UPDATE", Object: obj("coordination.k8s.io/v1", "Lease", "kube-node-lease", "worker-1"),
 			OldObject: obj("coordination.k8s.io/v1", "Lease", "kube-node-lease", "worker-1"), Resource: gvr("coordination.k8s.io", "v1", "leases"), UserInfo: kubelet}},
-		{"leader election lease", false, engine.Request{Operation: "UPDATE", Object: obj("coordination.k8s.io/v1", "Lease", "team-a", "operator-lock"),
+		{"leader election lease", false, admission.Request{Operation: "UPDATE", Object: obj("coordination.k8s.io/v1", "Lease", "team-a", "operator-lock"),
 			OldObject: obj("coordination.k8s.io/v1", "Lease", "team-a", "operator-lock"), Resource: gvr("coordination.k8s.io", "v1", "leases"), UserInfo: controller}},
-		{"core event", false, engine.Request{Operation: "CREATE", Object: obj("v1", "Event", "team-a", "web.17f"), Resource: gvr("", "v1", "events"), UserInfo: kubelet}},
-		{"events.k8s.io event", false, engine.Request{Operation: "CREATE", Object: obj("events.k8s.io/v1", "Event", "team-a", "web.17f"), Resource: gvr("events.k8s.io", "v1", "events"), UserInfo: controller}},
-		{"token review", false, engine.Request{Operation: "CREATE", Object: obj("authentication.k8s.io/v1", "TokenReview", "", ""), Resource: gvr("authentication.k8s.io", "v1", "tokenreviews"), UserInfo: controller}},
-		{"subject access review", false, engine.Request{Operation: "CREATE", Object: obj("authorization.k8s.io/v1", "SubjectAccessReview", "", ""), Resource: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), UserInfo: controller}},
-		{"pod status by the kubelet", false, engine.Request{Operation: "UPDATE", Object: obj("v1", "Pod", "team-a", "web"), OldObject: obj("v1", "Pod", "team-a", "web"),
+		{"core event", false, admission.Request{Operation: "CREATE", Object: obj("v1", "Event", "team-a", "web.17f"), Resource: gvr("", "v1", "events"), UserInfo: kubelet}},
+		{"events.k8s.io event", false, admission.Request{Operation: "CREATE", Object: obj("events.k8s.io/v1", "Event", "team-a", "web.17f"), Resource: gvr("events.k8s.io", "v1", "events"), UserInfo: controller}},
+		{"token review", false, admission.Request{Operation: "CREATE", Object: obj("authentication.k8s.io/v1", "TokenReview", "", ""), Resource: gvr("authentication.k8s.io", "v1", "tokenreviews"), UserInfo: controller}},
+		{"subject access review", false, admission.Request{Operation: "CREATE", Object: obj("authorization.k8s.io/v1", "SubjectAccessReview", "", ""), Resource: gvr("authorization.k8s.io", "v1", "subjectaccessreviews"), UserInfo: controller}},
+		{"pod status by the kubelet", false, admission.Request{Operation: "UPDATE", Object: obj("v1", "Pod", "team-a", "web"), OldObject: obj("v1", "Pod", "team-a", "web"),
 			SubResource: "status", UserInfo: kubelet}},
-		{"node status by the kubelet", false, engine.Request{Operation: "UPDATE", Object: obj("v1", "Node", "", "worker-1"), OldObject: obj("v1", "Node", "", "worker-1"),
+		{"node status by the kubelet", false, admission.Request{Operation: "UPDATE", Object: obj("v1", "Node", "", "worker-1"), OldObject: obj("v1", "Node", "", "worker-1"),
 			SubResource: "status", UserInfo: kubelet}},
-		{"pod in arbiter's namespace", false, engine.Request{Operation: "CREATE", Object: obj("v1", "Pod", "arbiter", "x"), UserInfo: alice}},
-		{"pod in kube-system", false, engine.Request{Operation: "CREATE", Object: obj("v1", "Pod", "kube-system", "coredns-x"), UserInfo: controller}},
+		{"pod in arbiter's namespace", false, admission.Request{Operation: "CREATE", Object: obj("v1", "Pod", "arbiter", "x"), UserInfo: alice}},
+		{"pod in kube-system", false, admission.Request{Operation: "CREATE", Object: obj("v1", "Pod", "kube-system", "coredns-x"), UserInfo: controller}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := tc.req
@@ -821,7 +822,7 @@ func TestWebhookMatchConditions(t *testing.T) {
 			} else if req.Kind.Kind == "Namespace" {
 				req.NamespaceObject = req.Object
 			}
-			d := ps.Evaluate(context.Background(), &req)
+			d := ps.Evaluate(context.Background(), &req, nil)
 			sent := false
 			for _, r := range d.Results {
 				switch r.Result {
@@ -846,8 +847,8 @@ func TestWorkloadsPassPodSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := engine.FromDocuments(docs)
-	var policies, resources []*engine.Object
+	objs := manifest.FromDocuments(docs)
+	var policies, resources []*manifest.Object
 	for _, o := range objs {
 		switch o.Kind {
 		case "Deployment", "StatefulSet":
@@ -864,9 +865,9 @@ func TestWorkloadsPassPodSecurity(t *testing.T) {
 		t.Fatalf("%d policies, %d workloads", len(policies), len(resources))
 	}
 	for _, o := range resources {
-		req := &engine.Request{Object: o.Content}
+		req := &admission.Request{Object: o.Content}
 		req.Fill()
-		d := ps.Evaluate(context.Background(), req)
+		d := ps.Evaluate(context.Background(), req, nil)
 		if !d.Allowed || len(d.Results) != 16 {
 			t.Errorf("%s %s: allowed=%v, %d results: %s", o.Kind, o.Name, d.Allowed, len(d.Results), d.Message)
 		}

@@ -22,7 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/internal/k8stest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
@@ -141,7 +142,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // waitKey waits until the key is in the store with content satisfying ok
 // (nil: present) or, with present false, absent; it returns the revision.
-func (f *fixture) waitKey(k store.Key, present bool, ok func(*engine.Object) bool) uint64 {
+func (f *fixture) waitKey(k store.Key, present bool, ok func(*manifest.Object) bool) uint64 {
 	f.t.Helper()
 	var rev uint64
 	eventually(f.t, fmt.Sprintf("%s present=%v", k, present), func() bool {
@@ -241,7 +242,7 @@ func pod(name, ns string) []byte {
 }
 
 func vpKey(name string) store.Key {
-	return store.Key{Group: engine.KyvernoGroup, Kind: engine.KindValidatingPolicy, Name: name}
+	return store.Key{Group: kyvernoapi.Group, Kind: kyvernoapi.KindValidatingPolicy, Name: name}
 }
 
 func hasResult(resp *arbiterv1.DecideResponse, policy, result string) bool {
@@ -282,7 +283,7 @@ func TestPolicyAndExceptionLand(t *testing.T) {
 
 	exName := unique("t1-ex")
 	apply(t, polex(exName, ns, pname, prefix+"-pod"))
-	exKey := store.Key{Group: engine.KyvernoGroup, Kind: engine.KindPolicyException, Namespace: ns, Name: exName}
+	exKey := store.Key{Group: kyvernoapi.Group, Kind: kyvernoapi.KindPolicyException, Namespace: ns, Name: exName}
 	rev2 := f.waitKey(exKey, true, nil)
 	if rev2 <= rev1 {
 		t.Fatalf("exception at revision %d, not after the policy's %d", rev2, rev1)
@@ -377,7 +378,7 @@ func TestRejectedObject(t *testing.T) {
 
 	// Fixed: it lands at the next revision.
 	apply(t, vpol(good, "t2fixed"))
-	rev1 := f.waitKey(vpKey(good), true, func(o *engine.Object) bool { return strings.Contains(mustJSON(o.Content), "t2fixed") })
+	rev1 := f.waitKey(vpKey(good), true, func(o *manifest.Object) bool { return strings.Contains(mustJSON(o.Content), "t2fixed") })
 	if rev1 != rev0+1 {
 		t.Fatalf("the fixed policy landed at %d, want %d (nothing in between)", rev1, rev0+1)
 	}
@@ -403,7 +404,7 @@ func TestNoOpUpdatesMakeNoRevision(t *testing.T) {
 	rev0 := f.waitKey(vpKey(b), true, nil)
 
 	ctx := context.Background()
-	gvr := schema.GroupVersionResource{Group: engine.KyvernoGroup, Version: "v1", Resource: "validatingpolicies"}
+	gvr := schema.GroupVersionResource{Group: kyvernoapi.Group, Version: "v1", Resource: "validatingpolicies"}
 	cur, err := kc.Dynamic.Resource(gvr).Get(ctx, a, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -424,7 +425,7 @@ func TestNoOpUpdatesMakeNoRevision(t *testing.T) {
 	}
 	// A real change of another policy, after them on the same watch.
 	apply(t, vpol(b, "t3changed"))
-	rev1 := f.waitKey(vpKey(b), true, func(o *engine.Object) bool { return strings.Contains(mustJSON(o.Content), "t3changed") })
+	rev1 := f.waitKey(vpKey(b), true, func(o *manifest.Object) bool { return strings.Contains(mustJSON(o.Content), "t3changed") })
 	if rev1 != rev0+1 {
 		t.Fatalf("revision %d after one real change from %d: the no-op updates made revisions", rev1, rev0)
 	}
@@ -448,7 +449,7 @@ func TestNamespacesInStore(t *testing.T) {
 		t.Fatalf("a pod outside the prod namespace is denied: %v", resp)
 	}
 	apply(t, namespace(ns, map[string]any{"env": "dev"}))
-	rev = f.waitKey(store.Key{Kind: "Namespace", Name: ns}, true, func(o *engine.Object) bool {
+	rev = f.waitKey(store.Key{Kind: "Namespace", Name: ns}, true, func(o *manifest.Object) bool {
 		return strings.Contains(mustJSON(o.Content), `"env":"dev"`)
 	})
 	if resp := f.decide(pod("t4-pod", ns), rev); !resp.GetAllowed() {
@@ -504,7 +505,7 @@ func TestParamKinds(t *testing.T) {
 	}
 	cm["data"] = map[string]any{"forbidden": "other"}
 	apply(t, cm)
-	rev = f.waitKey(cmKey, true, func(o *engine.Object) bool { return strings.Contains(mustJSON(o.Content), "other") })
+	rev = f.waitKey(cmKey, true, func(o *manifest.Object) bool { return strings.Contains(mustJSON(o.Content), "other") })
 	if resp := f.decide(pod("evil", ns), rev); !resp.GetAllowed() {
 		t.Fatalf("the updated param does not apply: %v", resp)
 	}
@@ -517,7 +518,7 @@ func TestParamKinds(t *testing.T) {
 		snap := f.srv.Current()
 		_, hasVAP := snap.Object(store.Key{Group: vapGroup, Kind: "ValidatingAdmissionPolicy", Name: name})
 		params := 0
-		snap.Range(func(k store.Key, _ *engine.Object) bool {
+		snap.Range(func(k store.Key, _ *manifest.Object) bool {
 			if k.Kind == "ConfigMap" {
 				params++
 			}
@@ -558,7 +559,7 @@ func TestWatchCutRelists(t *testing.T) {
 	remove(t, vpol(b, ""))
 	f.waitKey(vpKey(c), true, nil)
 	f.waitKey(vpKey(b), false, nil)
-	rev1 := f.waitKey(vpKey(a), true, func(o *engine.Object) bool { return strings.Contains(mustJSON(o.Content), "t6a-changed") })
+	rev1 := f.waitKey(vpKey(a), true, func(o *manifest.Object) bool { return strings.Contains(mustJSON(o.Content), "t6a-changed") })
 	if st := f.src.Stats(); st.Relists == relists0 {
 		t.Errorf("the restart made no informer list again: %+v", st)
 	}
@@ -581,11 +582,11 @@ func TestWatchCutRelists(t *testing.T) {
 func (f *fixture) storeEqualsCluster() {
 	f.t.Helper()
 	resources := map[schema.GroupKind]schema.GroupVersionResource{
-		{Group: engine.KyvernoGroup, Kind: engine.KindValidatingPolicy}:           {Group: engine.KyvernoGroup, Version: "v1", Resource: "validatingpolicies"},
-		{Group: engine.KyvernoGroup, Kind: engine.KindNamespacedValidatingPolicy}: {Group: engine.KyvernoGroup, Version: "v1", Resource: "namespacedvalidatingpolicies"},
-		{Group: engine.KyvernoGroup, Kind: engine.KindPolicyException}:            {Group: engine.KyvernoGroup, Version: "v1", Resource: "policyexceptions"},
-		{Group: vapGroup, Kind: "ValidatingAdmissionPolicy"}:                      {Group: vapGroup, Version: "v1", Resource: "validatingadmissionpolicies"},
-		{Group: vapGroup, Kind: "ValidatingAdmissionPolicyBinding"}:               {Group: vapGroup, Version: "v1", Resource: "validatingadmissionpolicybindings"},
+		{Group: kyvernoapi.Group, Kind: kyvernoapi.KindValidatingPolicy}:           {Group: kyvernoapi.Group, Version: "v1", Resource: "validatingpolicies"},
+		{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedValidatingPolicy}: {Group: kyvernoapi.Group, Version: "v1", Resource: "namespacedvalidatingpolicies"},
+		{Group: kyvernoapi.Group, Kind: kyvernoapi.KindPolicyException}:            {Group: kyvernoapi.Group, Version: "v1", Resource: "policyexceptions"},
+		{Group: vapGroup, Kind: "ValidatingAdmissionPolicy"}:                       {Group: vapGroup, Version: "v1", Resource: "validatingadmissionpolicies"},
+		{Group: vapGroup, Kind: "ValidatingAdmissionPolicyBinding"}:                {Group: vapGroup, Version: "v1", Resource: "validatingadmissionpolicybindings"},
 		{Kind: "Namespace"}: {Version: "v1", Resource: "namespaces"},
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -602,7 +603,7 @@ func (f *fixture) storeEqualsCluster() {
 			}
 		}
 		got := map[store.Key]string{}
-		f.srv.Current().Range(func(k store.Key, o *engine.Object) bool {
+		f.srv.Current().Range(func(k store.Key, o *manifest.Object) bool {
 			if _, owned := resources[schema.GroupKind{Group: k.Group, Kind: k.Kind}]; owned {
 				got[k] = mustJSON(o.Content)
 			}

@@ -5,7 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/store"
 )
 
@@ -13,9 +13,9 @@ import (
 // of preference (the engine reads policies.kyverno.io v1alpha1, v1beta1
 // and v1, one schema).
 var fixedKinds = []kindSpec{
-	{schema.GroupKind{Group: engine.KyvernoGroup, Kind: engine.KindValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
-	{schema.GroupKind{Group: engine.KyvernoGroup, Kind: engine.KindNamespacedValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
-	{schema.GroupKind{Group: engine.KyvernoGroup, Kind: engine.KindPolicyException}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindPolicyException}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}, []string{"v1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"}, []string{"v1"}},
 	{schema.GroupKind{Group: "", Kind: "Namespace"}, []string{"v1"}},
@@ -78,7 +78,7 @@ func normalize(u *unstructured.Unstructured) map[string]any {
 	}
 	gk := u.GroupVersionKind().GroupKind()
 	switch {
-	case gk.Group == engine.KyvernoGroup && (gk.Kind == engine.KindValidatingPolicy || gk.Kind == engine.KindNamespacedValidatingPolicy):
+	case gk.Group == kyvernoapi.Group && (gk.Kind == kyvernoapi.KindValidatingPolicy || gk.Kind == kyvernoapi.KindNamespacedValidatingPolicy):
 		st, _ := obj["status"].(map[string]any)
 		delete(obj, "status")
 		if g, ok := st["generated"].(bool); ok && g {

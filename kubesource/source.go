@@ -53,6 +53,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/store"
 )
@@ -456,7 +457,7 @@ func (s *Source) process(ctx context.Context) error {
 				}
 			}
 		}
-		snap.Range(func(k store.Key, _ *engine.Object) bool {
+		snap.Range(func(k store.Key, _ *manifest.Object) bool {
 			if w := synced[schema.GroupKind{Group: k.Group, Kind: k.Kind}]; w != nil {
 				if _, ok := get(w, k); !ok {
 					dels = append(dels, k)
@@ -544,7 +545,7 @@ func paramKinds(snap *server.Snapshot, ups []item, dels []store.Key) map[schema.
 			}
 		}
 	}
-	snap.Range(func(k store.Key, o *engine.Object) bool {
+	snap.Range(func(k store.Key, o *manifest.Object) bool {
 		if k.Group == vapGroup && k.Kind == vapGK.Kind && !changed[k] {
 			if gvk, ok := paramKindOf(o.Content); ok {
 				gvks = append(gvks, gvk)
@@ -588,7 +589,7 @@ func withParams(snap *server.Snapshot, ups []item, dels []store.Key) ([]item, []
 		upserting[it.key] = true
 	}
 	outDels := append([]store.Key(nil), dels...)
-	snap.Range(func(k store.Key, o *engine.Object) bool {
+	snap.Range(func(k store.Key, o *manifest.Object) bool {
 		gk := schema.GroupKind{Group: k.Group, Kind: k.Kind}
 		if deleting[k] || upserting[k] || isFixed(gk) || engine.Classify(o) != engine.ClassResource {
 			return true
@@ -648,20 +649,20 @@ func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error
 		if len(wu) == 0 && len(wd) == 0 {
 			return nil
 		}
-		objs := make([]*engine.Object, len(wu))
+		objs := make([]*manifest.Object, len(wu))
 		for i, it := range wu {
-			objs[i] = engine.NewObject(sourceOf(it.key), normalize(it.u))
+			objs[i] = manifest.NewObject(sourceOf(it.key), normalize(it.u))
 		}
 		c, err := s.srv.WriteObjects(ctx, objs, wd)
 		if err == nil {
 			s.committed(c, wu)
 			return nil
 		}
-		les := engine.AsLoadErrors(err)
+		les := manifest.AsLoadErrors(err)
 		if les == nil {
 			return err
 		}
-		bad := map[store.Key][]*engine.LoadError{}
+		bad := map[store.Key][]*manifest.LoadError{}
 		for _, le := range les {
 			if k, ok := keyOfSource(le.Source); ok {
 				bad[k] = append(bad[k], le)
@@ -687,8 +688,8 @@ func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error
 // commitEach writes each change on its own; those refused are reported.
 func (s *Source) commitEach(ctx context.Context, ups []item, dels []store.Key) error {
 	for _, it := range ups {
-		c, err := s.srv.WriteObjects(ctx, []*engine.Object{engine.NewObject(sourceOf(it.key), normalize(it.u))}, nil)
-		if les := engine.AsLoadErrors(err); les != nil {
+		c, err := s.srv.WriteObjects(ctx, []*manifest.Object{manifest.NewObject(sourceOf(it.key), normalize(it.u))}, nil)
+		if les := manifest.AsLoadErrors(err); les != nil {
 			s.reject(it, les)
 			continue
 		}
@@ -699,7 +700,7 @@ func (s *Source) commitEach(ctx context.Context, ups []item, dels []store.Key) e
 	}
 	for _, k := range dels {
 		c, err := s.srv.WriteObjects(ctx, nil, []store.Key{k})
-		if les := engine.AsLoadErrors(err); les != nil {
+		if les := manifest.AsLoadErrors(err); les != nil {
 			s.rejects.Add(1)
 			s.log.Warn("deleting an object the cluster no longer has was refused; the store keeps it", "object", k.String(), "err", les.Error())
 			continue
@@ -733,7 +734,7 @@ func (s *Source) committed(c store.Commit, ups []item) {
 
 // reject reports an object that does not compile: a log line, and a
 // Warning Event on the object once per resourceVersion.
-func (s *Source) reject(it item, errs []*engine.LoadError) {
+func (s *Source) reject(it item, errs []*manifest.LoadError) {
 	s.rejects.Add(1)
 	parts := make([]string, len(errs))
 	for i, e := range errs {

@@ -43,7 +43,10 @@ import (
 	"k8s.io/apiserver/pkg/cel/library"
 	sigsjson "sigs.k8s.io/json"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/vpol"
 )
 
 type authzMode int
@@ -794,8 +797,8 @@ type authzVariable struct {
 
 // parseAuthzPolicy compiles a ValidatingPolicy of mode Envoy or HTTP; ok is
 // false for other policies.
-func parseAuthzPolicy(o *engine.Object) (*authzPolicy, bool, error) {
-	if o.Kind != engine.KindValidatingPolicy {
+func parseAuthzPolicy(o *manifest.Object) (*authzPolicy, bool, error) {
+	if o.Kind != kyvernoapi.KindValidatingPolicy {
 		return nil, false, nil
 	}
 	spec, _ := o.Content["spec"].(map[string]any)
@@ -816,7 +819,7 @@ func parseAuthzPolicy(o *engine.Object) (*authzPolicy, bool, error) {
 	if err != nil {
 		return nil, true, fail("", "%v", err)
 	}
-	var vp engine.ValidatingPolicy
+	var vp vpol.ValidatingPolicy
 	strict, err := sigsjson.UnmarshalStrict(data, &vp)
 	if err != nil {
 		return nil, true, fail("", "%v", err)
@@ -1002,35 +1005,35 @@ func (s *Suite) evalAuthz(_ context.Context, p *Payload, mode authzMode) []respo
 		if ap.mode != mode {
 			continue
 		}
-		result, message := engine.ResultSkip, "request does not match"
+		result, message := outcome.Skip, "request does not match"
 		res, err := ap.evaluate(obj)
 		switch r := res.(type) {
 		case *envoyResponse:
 			switch {
 			case r.ok != nil:
-				result, message = engine.ResultPass, "request allowed"
+				result, message = outcome.Pass, "request allowed"
 			case r.denied != nil:
-				result, message = engine.ResultFail, fmt.Sprintf("request denied with status code %d", r.denied.status)
+				result, message = outcome.Fail, fmt.Sprintf("request denied with status code %d", r.denied.status)
 			}
 		case *httpResponse:
 			switch {
 			case r.ok:
-				result, message = engine.ResultPass, "request allowed"
+				result, message = outcome.Pass, "request allowed"
 			case r.denied != nil:
-				result, message = engine.ResultFail, fmt.Sprintf("request denied, reason: %s", *r.denied)
+				result, message = outcome.Fail, fmt.Sprintf("request denied, reason: %s", *r.denied)
 			}
 		}
 		if err != nil {
-			result, message = engine.ResultError, err.Error()
+			result, message = outcome.Error, err.Error()
 		}
 		out = append(out, response{
 			policyKind: ap.kind,
 			policyName: ap.name,
 			resource:   map[string]any{},
-			results: []engine.Result{{
+			results: []outcome.Result{{
 				Policy: ap.name, PolicyName: ap.name, PolicyKind: ap.kind,
 				Rule: ap.name, Result: result, Message: message,
-				Source: engine.SourceValidatingPolicy, Scored: true,
+				Source: outcome.SourceValidatingPolicy, Scored: true,
 			}},
 		})
 	}

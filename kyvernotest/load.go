@@ -17,8 +17,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/vpol"
 )
 
 // Suite is a loaded Test: its policies compiled, its resources, payloads
@@ -32,7 +35,7 @@ type Suite struct {
 	Warnings []string
 
 	policySet *engine.PolicySet
-	policies  []*engine.Policy
+	policies  []*vpol.Policy
 	// vaps are the names of the ValidatingAdmissionPolicies.
 	vaps       []string
 	authz      []*authzPolicy
@@ -42,7 +45,7 @@ type Suite struct {
 	envoy      []*Payload
 	http       []*Payload
 	values     *ValuesSpec
-	userInfo   engine.UserInfo
+	userInfo   admission.UserInfo
 	context    *kyvernocel.Static
 	// mapper maps kinds to resources (built-in discovery data and the
 	// clusterResources CRDs).
@@ -120,12 +123,12 @@ func Load(doc *TestDocument) (*Suite, error) {
 	objs = prepareVAP(objs, params)
 	ps, err := engine.Compile(append(objs, excs...), engine.Options{KeepOrder: true})
 	if err != nil {
-		if l := engine.AsLoadErrors(err); l != nil {
+		if l := manifest.AsLoadErrors(err); l != nil {
 			msgs := make([]string, len(l))
 			field, what := "exceptions", "exceptions"
 			for i, e := range l {
 				msgs[i] = e.Error()
-				if !strings.HasPrefix(e.Object, engine.KindPolicyException+" ") {
+				if !strings.HasPrefix(e.Object, kyvernoapi.KindPolicyException+" ") {
 					field, what = "policies", "policies"
 				}
 			}
@@ -135,7 +138,9 @@ func Load(doc *TestDocument) (*Suite, error) {
 	}
 	s.policySet = ps
 	s.policies = ps.Policies()
-	s.vaps = ps.ValidatingAdmissionPolicies()
+	for _, v := range ps.VAPInfos() {
+		s.vaps = append(s.vaps, v.Name)
+	}
 
 	if s.resources, err = s.loadResources("resources", t.Resources, true); err != nil {
 		return nil, err
@@ -248,8 +253,8 @@ func (s *Suite) loadUserInfo() error {
 	return nil
 }
 
-func userInfoOf(u authenticationv1.UserInfo) engine.UserInfo {
-	out := engine.UserInfo{Username: u.Username, UID: u.UID, Groups: u.Groups}
+func userInfoOf(u authenticationv1.UserInfo) admission.UserInfo {
+	out := admission.UserInfo{Username: u.Username, UID: u.UID, Groups: u.Groups}
 	if len(u.Extra) > 0 {
 		out.Extra = make(map[string][]string, len(u.Extra))
 		for k, v := range u.Extra {
@@ -343,8 +348,8 @@ func isYAML(p string) bool {
 	return false
 }
 
-func (s *Suite) loadPolicies() ([]*engine.Object, error) {
-	var out []*engine.Object
+func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
+	var out []*manifest.Object
 	// the same policy reached twice (a file and its folder) is read once
 	seen := map[string]string{}
 	for i, p := range s.Doc.Test.Policies {
@@ -362,7 +367,7 @@ func (s *Suite) loadPolicies() ([]*engine.Object, error) {
 			if err != nil {
 				return nil, s.wrap(field, err)
 			}
-			for _, o := range engine.FromDocuments(docs) {
+			for _, o := range manifest.FromDocuments(docs) {
 				if o.APIVersion == "" || o.Kind == "" {
 					s.Warnings = append(s.Warnings, fmt.Sprintf("%s: not a Kubernetes object (no apiVersion or kind): ignored", o.Source))
 					continue
@@ -375,7 +380,7 @@ func (s *Suite) loadPolicies() ([]*engine.Object, error) {
 						s.authz = append(s.authz, ap)
 						continue
 					}
-					id := engine.ObjectID(o)
+					id := o.ID()
 					content, _ := json.Marshal(o.Content)
 					if first, dup := seen[id]; dup && first == string(content) {
 						continue
@@ -383,7 +388,7 @@ func (s *Suite) loadPolicies() ([]*engine.Object, error) {
 					seen[id] = string(content)
 					out = append(out, o)
 				case engine.ClassVAP, engine.ClassVAPBinding:
-					id := engine.ObjectID(o)
+					id := o.ID()
 					content, _ := json.Marshal(o.Content)
 					if first, dup := seen[id]; dup && first == string(content) {
 						continue
@@ -402,8 +407,8 @@ func (s *Suite) loadPolicies() ([]*engine.Object, error) {
 	return out, nil
 }
 
-func (s *Suite) loadExceptions() ([]*engine.Object, error) {
-	var out []*engine.Object
+func (s *Suite) loadExceptions() ([]*manifest.Object, error) {
+	var out []*manifest.Object
 	for i, p := range s.Doc.Test.PolicyExceptions {
 		field := fmt.Sprintf("exceptions[%d]", i)
 		f := s.path(p)
@@ -415,7 +420,7 @@ func (s *Suite) loadExceptions() ([]*engine.Object, error) {
 		if err != nil {
 			return nil, s.wrap(field, err)
 		}
-		for _, o := range engine.FromDocuments(docs) {
+		for _, o := range manifest.FromDocuments(docs) {
 			switch {
 			case engine.Classify(o) == engine.ClassException:
 				out = append(out, o)

@@ -11,6 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/vpol"
 )
 
 // response is what the Kyverno CLI calls an engine response: one policy's
@@ -19,7 +23,7 @@ import (
 type response struct {
 	policyKind string
 	policyName string
-	results    []engine.Result
+	results    []outcome.Result
 	// resource is the evaluated object (patched/generated resource checks).
 	resource map[string]any
 }
@@ -153,10 +157,10 @@ func explicitOperations(tests []TestResult) []string {
 // request.operation when it is CREATE, UPDATE or DELETE, else CREATE.
 func (s *Suite) defaultOperation() string {
 	switch op := s.globalOperation(); op {
-	case engine.OpUpdate, engine.OpDelete:
+	case admission.OpUpdate, admission.OpDelete:
 		return op
 	}
-	return engine.OpCreate
+	return admission.OpCreate
 }
 
 // evalResource evaluates every policy on a resource with an operation, as
@@ -173,36 +177,35 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) []resp
 			}
 		}
 	}
-	req := &engine.Request{
+	req := &admission.Request{
 		Operation: op,
 		Kind:      gvk,
 		Resource:  s.gvrOf(gvk),
 		Name:      nameOf(obj),
 		Namespace: namespaceOf(obj),
 		UserInfo:  s.userInfo,
-		Mode:      engine.ModeCLI,
-		Context:   s.context,
+		Mode:      admission.ModeCLI,
 	}
 	switch op {
-	case engine.OpUpdate:
+	case admission.OpUpdate:
 		req.Object, req.OldObject = obj, obj
-	case engine.OpDelete:
+	case admission.OpDelete:
 		req.OldObject = obj
 	default:
-		req.Operation = engine.OpCreate
+		req.Operation = admission.OpCreate
 		req.Object = obj
 	}
 	if req.Namespace != "" {
 		req.NamespaceObject = s.namespaceObject(req.Namespace)
 	}
 	req.Fill()
-	d := s.policySet.Evaluate(ctx, req)
+	d := s.policySet.Evaluate(ctx, req, &engine.EvalOptions{Context: s.context})
 	var k8s, json []response
 	for _, p := range s.policies {
-		jsonMode := p.Spec.EvaluationMode() == engine.EvaluationModeJSON
+		jsonMode := p.Spec.EvaluationMode() == kyvernoapi.EvaluationModeJSON
 		resp := response{policyKind: p.Kind, policyName: p.Name, resource: obj}
 		if r, ok := resultOf(d, p); ok {
-			resp.results = []engine.Result{r}
+			resp.results = []outcome.Result{r}
 		} else if jsonMode || simpleMatch(p.Spec.MatchConstraints) {
 			// the CLI drops an empty response of a policy whose only
 			// constraint is one plain resource rule
@@ -221,34 +224,33 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) []resp
 // evalJSON evaluates the JSON-mode policies on a JSON payload (only
 // `object` is set); Kubernetes-mode policies do not apply to payloads.
 func (s *Suite) evalJSON(ctx context.Context, p *Payload) []response {
-	req := &engine.Request{
-		Operation: engine.OpCreate,
+	req := &admission.Request{
+		Operation: admission.OpCreate,
 		Object:    p.Object,
-		Mode:      engine.ModeCLI,
-		Context:   s.context,
+		Mode:      admission.ModeCLI,
 	}
-	d := s.policySet.Evaluate(ctx, req)
+	d := s.policySet.Evaluate(ctx, req, &engine.EvalOptions{Context: s.context})
 	var out []response
 	for _, pol := range s.policies {
-		if pol.Spec.EvaluationMode() != engine.EvaluationModeJSON {
+		if pol.Spec.EvaluationMode() != kyvernoapi.EvaluationModeJSON {
 			continue
 		}
 		resp := response{policyKind: pol.Kind, policyName: pol.Name, resource: p.Object}
 		if r, ok := resultOf(d, pol); ok {
-			resp.results = []engine.Result{r}
+			resp.results = []outcome.Result{r}
 		}
 		out = append(out, resp)
 	}
 	return out
 }
 
-func resultOf(d *engine.Decision, p *engine.Policy) (engine.Result, bool) {
+func resultOf(d *engine.Decision, p *vpol.Policy) (outcome.Result, bool) {
 	for _, r := range d.Results {
 		if r.PolicyKind == p.Kind && r.PolicyName == p.Name && r.PolicyNamespace == p.Namespace {
 			return r, true
 		}
 	}
-	return engine.Result{}, false
+	return outcome.Result{}, false
 }
 
 // simpleMatch is the CLI's (misnamed) hasSelector: true when the
@@ -407,7 +409,7 @@ func (c *checker) notFound(t TestResult, key string) Row {
 
 // checkResult compares a rule response with an expectation: expected
 // patched/generated resources first, then the result word.
-func (c *checker) checkResult(t TestResult, resp response, r engine.Result) (bool, string, string) {
+func (c *checker) checkResult(t TestResult, resp response, r outcome.Result) (bool, string, string) {
 	actual := resp.resource
 	if t.PatchedResources != "" {
 		if ok, msg, reason := c.compareResource(actual, t.PatchedResources, "PatchedResources", "Patched resource didn't match the patched resource in the test result"); !ok {

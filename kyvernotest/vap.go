@@ -2,6 +2,9 @@ package kyvernotest
 
 import (
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/vap"
 )
 
 // ValidatingAdmissionPolicies in `kyverno test` (Kyverno 1.19,
@@ -29,10 +32,10 @@ const implicitBindingPrefix = "kyverno-cli-implicit-"
 // VAPs and bindings completed as described above, and the param
 // resources, which the engine takes as params of the policies whose
 // paramKind names their kind.
-func prepareVAP(objs []*engine.Object, params []*Resource) []*engine.Object {
+func prepareVAP(objs []*manifest.Object, params []*Resource) []*manifest.Object {
 	bound := map[string]bool{}
-	var policies []*engine.Object
-	out := make([]*engine.Object, 0, len(objs)+len(params))
+	var policies []*manifest.Object
+	out := make([]*manifest.Object, 0, len(objs)+len(params))
 	for _, o := range objs {
 		switch engine.Classify(o) {
 		case engine.ClassVAP:
@@ -54,9 +57,9 @@ func prepareVAP(objs []*engine.Object, params []*Resource) []*engine.Object {
 		if bound[p.Name] {
 			continue
 		}
-		out = append(out, engine.NewObject(p.Source, map[string]any{
+		out = append(out, manifest.NewObject(p.Source, map[string]any{
 			"apiVersion": p.APIVersion,
-			"kind":       engine.KindValidatingAdmissionPolicyBinding,
+			"kind":       vap.KindBinding,
 			"metadata":   map[string]any{"name": implicitBindingPrefix + p.Name},
 			"spec": map[string]any{
 				"policyName":        p.Name,
@@ -66,7 +69,7 @@ func prepareVAP(objs []*engine.Object, params []*Resource) []*engine.Object {
 	}
 	if len(policies) > 0 {
 		for _, r := range params {
-			out = append(out, engine.NewObject(r.Source, r.Object))
+			out = append(out, manifest.NewObject(r.Source, r.Object))
 		}
 	}
 	return out
@@ -74,7 +77,7 @@ func prepareVAP(objs []*engine.Object, params []*Resource) []*engine.Object {
 
 // matchEverything returns the policy with matchConstraints that match
 // every request on a resource.
-func matchEverything(o *engine.Object) *engine.Object {
+func matchEverything(o *manifest.Object) *manifest.Object {
 	spec, _ := o.Content["spec"].(map[string]any)
 	if spec == nil {
 		return o
@@ -93,12 +96,12 @@ func matchEverything(o *engine.Object) *engine.Object {
 		}},
 	}
 	content["spec"] = newSpec
-	return engine.NewObject(o.Source, content)
+	return manifest.NewObject(o.Source, content)
 }
 
 // completeBinding fills validationActions and
 // paramRef.parameterNotFoundAction when a binding lacks them.
-func completeBinding(o *engine.Object) *engine.Object {
+func completeBinding(o *manifest.Object) *manifest.Object {
 	spec, _ := o.Content["spec"].(map[string]any)
 	if spec == nil {
 		return o
@@ -129,7 +132,7 @@ func completeBinding(o *engine.Object) *engine.Object {
 		newSpec["paramRef"] = newRef
 	}
 	content["spec"] = newSpec
-	return engine.NewObject(o.Source, content)
+	return manifest.NewObject(o.Source, content)
 }
 
 // vapResponses are the CLI responses of the suite's VAPs for a decision:
@@ -137,10 +140,10 @@ func completeBinding(o *engine.Object) *engine.Object {
 func (s *Suite) vapResponses(d *engine.Decision, obj map[string]any) []response {
 	out := make([]response, 0, len(s.vaps))
 	for _, name := range s.vaps {
-		resp := response{policyKind: engine.KindValidatingAdmissionPolicy, policyName: name, resource: obj}
+		resp := response{policyKind: vap.KindPolicy, policyName: name, resource: obj}
 		for _, r := range d.Results {
-			if r.PolicyKind == engine.KindValidatingAdmissionPolicy && r.PolicyName == name {
-				resp.results = []engine.Result{r}
+			if r.PolicyKind == vap.KindPolicy && r.PolicyName == name {
+				resp.results = []outcome.Result{r}
 			}
 		}
 		out = append(out, resp)

@@ -97,7 +97,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		return out
 	}
 	start := time.Now()
-	req, err := RequestFromProto(item.GetRequest())
+	req, opts, err := RequestFromProto(item.GetRequest())
 	if err == nil {
 		err = s.cfg.Limits.ObjectSizes(item.GetRequest())
 	}
@@ -110,9 +110,9 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		}
 		return out
 	}
-	req.CostBudget = s.cfg.Limits.MaxDecisionCost
-	req.Now = start // one clock reading for the item
-	d := snap.Set.Evaluate(ctx, req)
+	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
+	opts.Now = start // one clock reading for the item
+	d := snap.Set.Evaluate(ctx, req, opts)
 	if reports && cand == nil {
 		// The report holds the results: the decision is only the verdict.
 		out.Decision = verdictFromDecision(d)
@@ -123,7 +123,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 	s.observeDecision(ctx, snap, req, d, out.Decision, start)
 	if cand != nil {
 		cr := *req
-		out.CandidateDecision = ResponseFromDecision(cand.Evaluate(ctx, &cr))
+		out.CandidateDecision = ResponseFromDecision(cand.Evaluate(ctx, &cr, opts))
 		out.Changed = out.Decision.GetAllowed() != out.CandidateDecision.GetAllowed() || !sameResults(out.Decision, out.CandidateDecision)
 	}
 	if reports {
@@ -208,7 +208,7 @@ func (s *Server) candidateSet(snap *Snapshot, w *arbiterv1.WhatIf) (*engine.Poli
 		if err != nil {
 			return nil, &FieldError{Field: fmt.Sprintf("what_if.objects_json[%d]", i), Detail: err.Error()}
 		}
-		o := engine.NewObject(fmt.Sprintf("what_if.objects_json[%d]", i), content)
+		o := manifest.NewObject(fmt.Sprintf("what_if.objects_json[%d]", i), content)
 		if err := storable(o); err != nil {
 			return nil, err
 		}

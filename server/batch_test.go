@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
@@ -118,12 +118,12 @@ func TestDecideStreamPinnedWhileWriting(t *testing.T) {
 	}
 	// The writer toggles an exception that exempts every pod from
 	// disallow-host-namespaces, so each revision flips every verdict.
-	exc := func(on bool) *engine.Object {
+	exc := func(on bool) *manifest.Object {
 		cond := "false"
 		if on {
 			cond = "true"
 		}
-		return engine.NewObject("t", map[string]any{
+		return manifest.NewObject("t", map[string]any{
 			"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
 			"metadata": map[string]any{"name": "toggle", "namespace": "x"},
 			"spec": map[string]any{
@@ -132,7 +132,7 @@ func TestDecideStreamPinnedWhileWriting(t *testing.T) {
 			},
 		})
 	}
-	if _, err := ts.LoadObjects(ctx, []*engine.Object{exc(false)}); err != nil {
+	if _, err := ts.LoadObjects(ctx, []*manifest.Object{exc(false)}); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -147,7 +147,7 @@ func TestDecideStreamPinnedWhileWriting(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := ts.LoadObjects(ctx, []*engine.Object{exc(on)}); err != nil {
+			if _, err := ts.LoadObjects(ctx, []*manifest.Object{exc(on)}); err != nil {
 				t.Error(err)
 				return
 			}

@@ -7,14 +7,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
-// RequestFromProto converts a DecideRequest to an engine request. Errors
-// name the offending field.
-func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
-	req := &engine.Request{
+// RequestFromProto converts a DecideRequest to an engine request and its
+// evaluation options (the objects' sizes measured while decoding them).
+// Errors name the offending field.
+func RequestFromProto(in *arbiterv1.DecideRequest) (*admission.Request, *engine.EvalOptions, error) {
+	req := &admission.Request{
 		SubResource: in.GetSubResource(),
 		Name:        in.GetName(),
 		Namespace:   in.GetNamespace(),
@@ -23,21 +25,22 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 	var err error
 	var sizes, oldSizes *manifest.Sizes
 	if req.Object, sizes, err = objectField("object", in.GetObjectJson(), in.GetObject()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if req.OldObject, oldSizes, err = objectField("old_object", in.GetOldObjectJson(), in.GetOldObject()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	opts := &engine.EvalOptions{}
 	// Measured while decoding JSON: the engine need not walk the objects.
 	switch {
 	case req.Object != nil && sizes == nil, req.OldObject != nil && oldSizes == nil:
 	case sizes != nil && oldSizes != nil:
 		both := sizes.Max(*oldSizes)
-		req.ObjectSizes = &both
+		opts.ObjectSizes = &both
 	case sizes != nil:
-		req.ObjectSizes = sizes
+		opts.ObjectSizes = sizes
 	default:
-		req.ObjectSizes = oldSizes
+		opts.ObjectSizes = oldSizes
 	}
 	if ns := in.GetNamespaceObject(); ns != nil {
 		req.NamespaceObject = ns.AsMap()
@@ -48,23 +51,23 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 	}
 	switch in.GetOperation() {
 	case arbiterv1.Operation_OPERATION_UNSPECIFIED, arbiterv1.Operation_OPERATION_CREATE:
-		req.Operation = engine.OpCreate
+		req.Operation = admission.OpCreate
 	case arbiterv1.Operation_OPERATION_UPDATE:
-		req.Operation = engine.OpUpdate
+		req.Operation = admission.OpUpdate
 	case arbiterv1.Operation_OPERATION_DELETE:
-		req.Operation = engine.OpDelete
+		req.Operation = admission.OpDelete
 	case arbiterv1.Operation_OPERATION_CONNECT:
-		req.Operation = engine.OpConnect
+		req.Operation = admission.OpConnect
 	default:
-		return nil, fieldError("operation", fmt.Sprintf("unknown operation %v", in.GetOperation()))
+		return nil, nil, fieldError("operation", fmt.Sprintf("unknown operation %v", in.GetOperation()))
 	}
 	switch in.GetMode() {
 	case arbiterv1.Mode_MODE_UNSPECIFIED, arbiterv1.Mode_MODE_ADMISSION:
-		req.Mode = engine.ModeAdmission
+		req.Mode = admission.ModeAdmission
 	case arbiterv1.Mode_MODE_BACKGROUND:
-		req.Mode = engine.ModeBackground
+		req.Mode = admission.ModeBackground
 	default:
-		return nil, fieldError("mode", fmt.Sprintf("unknown mode %v", in.GetMode()))
+		return nil, nil, fieldError("mode", fmt.Sprintf("unknown mode %v", in.GetMode()))
 	}
 	if k := in.GetKind(); k != nil {
 		req.Kind = schema.GroupVersionKind{Group: k.GetGroup(), Version: k.GetVersion(), Kind: k.GetKind()}
@@ -80,7 +83,7 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 	}
 	req.RequestSubResource = in.GetRequestSubResource()
 	if u := in.GetUserInfo(); u != nil {
-		req.UserInfo = engine.UserInfo{Username: u.GetUsername(), UID: u.GetUid(), Groups: u.GetGroups()}
+		req.UserInfo = admission.UserInfo{Username: u.GetUsername(), UID: u.GetUid(), Groups: u.GetGroups()}
 		if len(u.GetExtra()) > 0 {
 			req.UserInfo.Extra = make(map[string][]string, len(u.GetExtra()))
 			for k, v := range u.GetExtra() {
@@ -89,18 +92,18 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 		}
 	}
 	switch req.Operation {
-	case engine.OpCreate, engine.OpUpdate, engine.OpConnect:
+	case admission.OpCreate, admission.OpUpdate, admission.OpConnect:
 		if req.Object == nil {
-			return nil, fieldError("object", "required for "+req.Operation)
+			return nil, nil, fieldError("object", "required for "+req.Operation)
 		}
-	case engine.OpDelete:
+	case admission.OpDelete:
 		if req.OldObject == nil {
-			return nil, fieldError("old_object", "required for DELETE")
+			return nil, nil, fieldError("old_object", "required for DELETE")
 		}
 	}
 	req.Fill()
 	if req.Kind.Kind == "" {
-		return nil, fieldError("kind", "unknown: set kind, or apiVersion and kind in the object")
+		return nil, nil, fieldError("kind", "unknown: set kind, or apiVersion and kind in the object")
 	}
 	if req.Kind.Version == "" {
 		// A kind without a version matches no rule: the decision would
@@ -112,9 +115,9 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*engine.Request, error) {
 				field = "old_object.apiVersion"
 			}
 		}
-		return nil, fieldError(field, "required: a "+req.Kind.Kind+" without an API version matches no policy")
+		return nil, nil, fieldError(field, "required: a "+req.Kind.Kind+" without an API version matches no policy")
 	}
-	return req, nil
+	return req, opts, nil
 }
 
 // objectField decodes an object given as JSON (measuring its sizes) or as
@@ -181,7 +184,7 @@ func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 			Message:    r.Message,
 			Properties: r.Properties,
 			Actions:    r.Actions,
-			Exceptions: r.Exceptions,
+			Exceptions: r.Exceptions(),
 			Source:     r.Source,
 			Scored:     r.Scored,
 			Category:   r.Category,

@@ -18,12 +18,12 @@ func (s *Server) Decide(ctx context.Context, in *arbiterv1.DecideRequest) (*arbi
 		return nil, toStatus(err)
 	}
 	start := time.Now()
-	req, err := RequestFromProto(in)
+	req, opts, err := RequestFromProto(in)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	req.CostBudget = s.cfg.Limits.MaxDecisionCost
-	d := snap.Set.Evaluate(ctx, req)
+	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
+	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := ResponseFromDecision(d)
 	resp.Revision = snap.Revision
 	resp.Digest = snap.Digest

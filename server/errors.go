@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/limits"
 	"github.com/arbiter-pdp/arbiter/store"
@@ -39,8 +39,8 @@ func toStatus(err error) error {
 		return withDetails(codes.InvalidArgument, err.Error(), &errdetails.BadRequest{
 			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.Field, Description: fe.Detail}},
 		})
-	case engine.AsLoadErrors(err) != nil:
-		l := engine.AsLoadErrors(err)
+	case manifest.AsLoadErrors(err) != nil:
+		l := manifest.AsLoadErrors(err)
 		br := &errdetails.BadRequest{}
 		for _, e := range l {
 			field := e.Object

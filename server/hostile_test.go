@@ -216,13 +216,13 @@ func checkStoreLoads(t testing.TB, st *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := make([]*engine.Object, 0, len(snap.Objects))
+	objs := make([]*manifest.Object, 0, len(snap.Objects))
 	for _, o := range snap.Objects {
 		content, err := manifest.DecodeJSON(o.Value)
 		if err != nil {
 			t.Fatalf("stored object %s does not decode: %v", o.Key, err)
 		}
-		objs = append(objs, engine.NewObject("store", content))
+		objs = append(objs, manifest.NewObject("store", content))
 	}
 	c, err := engine.NewCompiler()
 	if err != nil {
@@ -412,7 +412,7 @@ func sharedServer(t testing.TB) *server.Server {
 			fuzzServer.err = err
 			return
 		}
-		if _, err := s.LoadObjects(context.Background(), engine.FromDocuments(docs)); err != nil {
+		if _, err := s.LoadObjects(context.Background(), manifest.FromDocuments(docs)); err != nil {
 			fuzzServer.err = err
 			return
 		}
@@ -468,7 +468,7 @@ func FuzzWriteManifest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		objs := engine.FromDocuments(docs)
+		objs := manifest.FromDocuments(docs)
 		batch := &arbiterv1.WriteBatch{}
 		for _, o := range objs {
 			b, err := json.Marshal(o.Content)

@@ -11,6 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/psa"
+	"github.com/arbiter-pdp/arbiter/engine/vap"
+	"github.com/arbiter-pdp/arbiter/engine/vpol"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/store"
 )
@@ -38,7 +44,7 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 		}
 		resp.Policies = append(resp.Policies, s.policyInfo(snap, p, !in.GetWithoutManifests()))
 	}
-	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == engine.KindValidatingAdmissionPolicy) {
+	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == vap.KindPolicy) {
 		for _, v := range snap.Set.VAPInfos() {
 			info := s.vapInfo(snap, v, !in.GetWithoutManifests())
 			if in.GetAction() != "" && !slices.Contains(info.Actions, in.GetAction()) {
@@ -50,7 +56,7 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 			resp.Policies = append(resp.Policies, info)
 		}
 	}
-	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == engine.KindPodSecurity) {
+	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == psa.KindPodSecurity) {
 		for _, l := range snap.Set.PodSecurityInfos() {
 			info := s.podSecurityInfo(snap, l, !in.GetWithoutManifests())
 			if in.GetAction() != "" && !slices.Contains(info.Actions, in.GetAction()) {
@@ -78,9 +84,9 @@ func policyCount(set *engine.PolicySet) int {
 // exceptions; its manifest is the PodSecurityConfiguration, if any. It has
 // no labels or annotations. A level in effect nowhere (listed because
 // exceptions name it) is neither admission- nor background-enabled.
-func (s *Server) podSecurityInfo(snap *Snapshot, l engine.PodSecurityInfo, manifest bool) *arbiterv1.PolicyInfo {
+func (s *Server) podSecurityInfo(snap *Snapshot, l psa.Info, manifest bool) *arbiterv1.PolicyInfo {
 	info := &arbiterv1.PolicyInfo{
-		Kind: engine.KindPodSecurity, Name: l.Level, Actions: l.Actions, Resources: l.Resources,
+		Kind: psa.KindPodSecurity, Name: l.Level, Actions: l.Actions, Resources: l.Resources,
 		AdmissionEnabled: len(l.Uses) > 0, BackgroundEnabled: len(l.Uses) > 0,
 	}
 	for _, u := range l.Uses {
@@ -97,12 +103,12 @@ func (s *Server) podSecurityInfo(snap *Snapshot, l engine.PodSecurityInfo, manif
 
 // vapInfo describes a ValidatingAdmissionPolicy: its actions are its
 // bindings' validationActions, its labels and annotations its manifest's.
-func (s *Server) vapInfo(snap *Snapshot, v engine.VAPInfo, manifest bool) *arbiterv1.PolicyInfo {
+func (s *Server) vapInfo(snap *Snapshot, v vap.Info, manifest bool) *arbiterv1.PolicyInfo {
 	info := &arbiterv1.PolicyInfo{
-		Kind: engine.KindValidatingAdmissionPolicy, Name: v.Name, Actions: v.Actions, Resources: v.Resources,
+		Kind: vap.KindPolicy, Name: v.Name, Actions: v.Actions, Resources: v.Resources,
 		AdmissionEnabled: len(v.Bindings) > 0, Bindings: v.Bindings, ParamKind: v.ParamKind,
 	}
-	k := store.Key{Group: engine.AdmissionRegistrationGroup, Kind: engine.KindValidatingAdmissionPolicy, Name: v.Name}
+	k := store.Key{Group: vap.Group, Kind: vap.KindPolicy, Name: v.Name}
 	if o, ok := snap.Object(k); ok {
 		if md, ok := o.Content["metadata"].(map[string]any); ok {
 			info.Labels = stringMap(md["labels"])
@@ -129,7 +135,7 @@ func stringMap(v any) map[string]string {
 	return out
 }
 
-func hasAction(p *engine.Policy, action string) bool {
+func hasAction(p *vpol.Policy, action string) bool {
 	for _, a := range p.Actions {
 		if string(a) == action {
 			return true
@@ -144,9 +150,9 @@ func (s *Server) GetPolicy(ctx context.Context, in *arbiterv1.GetPolicyRequest) 
 	if in.GetKind() == "" {
 		// Any kind: the first that has the name (a namespace asks for a
 		// NamespacedValidatingPolicy).
-		kinds := []string{engine.KindValidatingPolicy, engine.KindValidatingAdmissionPolicy, engine.KindPodSecurity}
+		kinds := []string{kyvernoapi.KindValidatingPolicy, vap.KindPolicy, psa.KindPodSecurity}
 		if in.GetNamespace() != "" {
-			kinds = []string{engine.KindNamespacedValidatingPolicy}
+			kinds = []string{kyvernoapi.KindNamespacedValidatingPolicy}
 		}
 		for _, k := range kinds {
 			if resp, err := s.getPolicy(snap, k, in); err == nil {
@@ -165,7 +171,7 @@ func (s *Server) GetPolicy(ctx context.Context, in *arbiterv1.GetPolicyRequest) 
 // getPolicy finds the policy of a kind and name.
 func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyRequest) (*arbiterv1.GetPolicyResponse, error) {
 	for _, p := range snap.Set.Policies() {
-		if p.Kind == kind && p.Name == in.GetName() && (kind != engine.KindNamespacedValidatingPolicy || p.Namespace == in.GetNamespace()) {
+		if p.Kind == kind && p.Name == in.GetName() && (kind != kyvernoapi.KindNamespacedValidatingPolicy || p.Namespace == in.GetNamespace()) {
 			resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.policyInfo(snap, p, true)}
 			for _, ex := range snap.Set.ExceptionsFor(p) {
 				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
@@ -173,7 +179,7 @@ func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyR
 			return resp, nil
 		}
 	}
-	if kind == engine.KindPodSecurity {
+	if kind == psa.KindPodSecurity {
 		for _, l := range snap.Set.PodSecurityInfos() {
 			if l.Level == in.GetName() {
 				resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.podSecurityInfo(snap, l, true)}
@@ -184,7 +190,7 @@ func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyR
 			}
 		}
 	}
-	if kind == engine.KindValidatingAdmissionPolicy {
+	if kind == vap.KindPolicy {
 		for _, v := range snap.Set.VAPInfos() {
 			if v.Name == in.GetName() {
 				return &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.vapInfo(snap, v, true)}, nil
@@ -268,16 +274,19 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 		b, _ := json.Marshal(obj)
 		dr.ObjectJson = b
 	}
-	req, err := RequestFromProto(dr)
+	req, opts, err := RequestFromProto(dr)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	resp := &arbiterv1.ApplicableResponse{Revision: snap.Revision, Digest: snap.Digest, Policies: []*arbiterv1.ApplicablePolicy{}}
-	for _, a := range snap.Set.Applicable(ctx, req, evaluate) {
-		ap := &arbiterv1.ApplicablePolicy{Variant: a.Variant}
-		if a.PodSecurity != nil {
+	for _, a := range snap.Set.Applicable(ctx, req, evaluate, opts) {
+		ap := &arbiterv1.ApplicablePolicy{Variant: a.Variant, MatchError: a.MatchError}
+		switch {
+		case a.PodSecurity != nil:
 			ap.Policy = s.podSecurityInfo(snap, *a.PodSecurity, false)
-		} else {
+		case a.VAP != nil:
+			ap.Policy = s.vapInfo(snap, *a.VAP, false)
+		default:
 			ap.Policy = s.policyInfo(snap, a.Policy, false)
 		}
 		for _, e := range a.Exceptions {
@@ -297,15 +306,15 @@ func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*ar
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	req, err := RequestFromProto(in.GetRequest())
+	req, opts, err := RequestFromProto(in.GetRequest())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	req.Trace = &engine.Trace{}
-	d := snap.Set.Evaluate(ctx, req)
+	opts.Trace = &outcome.Trace{}
+	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := &arbiterv1.ExplainResponse{Decision: ResponseFromDecision(d)}
 	resp.Decision.Revision, resp.Decision.Digest, resp.Decision.DecisionId = snap.Revision, snap.Digest, newDecisionID()
-	for _, st := range req.Trace.Steps {
+	for _, st := range opts.Trace.Steps {
 		resp.Steps = append(resp.Steps, &arbiterv1.ExplainStep{
 			Policy: st.Policy, Variant: st.Variant, Phase: st.Phase, Name: st.Name, Exception: st.Exception,
 			Expression: st.Expression, Value: st.Value, Error: st.Error, Note: st.Note,
@@ -314,7 +323,7 @@ func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*ar
 	return resp, nil
 }
 
-func (s *Server) policyInfo(snap *Snapshot, p *engine.Policy, manifest bool) *arbiterv1.PolicyInfo {
+func (s *Server) policyInfo(snap *Snapshot, p *vpol.Policy, manifest bool) *arbiterv1.PolicyInfo {
 	info := &arbiterv1.PolicyInfo{
 		Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Annotations: p.Annotations,
 		AdmissionEnabled: p.Spec.AdmissionEnabled(), BackgroundEnabled: p.Spec.BackgroundEnabled(),
@@ -327,12 +336,12 @@ func (s *Server) policyInfo(snap *Snapshot, p *engine.Policy, manifest bool) *ar
 		info.Exceptions = append(info.Exceptions, ex.Key())
 	}
 	if manifest {
-		info.ManifestJson = s.manifest(snap, store.Key{Group: engine.KyvernoGroup, Kind: p.Kind, Namespace: p.Namespace, Name: p.Name})
+		info.ManifestJson = s.manifest(snap, store.Key{Group: kyvernoapi.Group, Kind: p.Kind, Namespace: p.Namespace, Name: p.Name})
 	}
 	return info
 }
 
-func (s *Server) exceptionInfo(snap *Snapshot, ex *engine.Exception, manifest bool) *arbiterv1.ExceptionInfo {
+func (s *Server) exceptionInfo(snap *Snapshot, ex *exception.Exception, manifest bool) *arbiterv1.ExceptionInfo {
 	info := &arbiterv1.ExceptionInfo{
 		Namespace: ex.Namespace, Name: ex.Name, Expired: ex.Expired(time.Now()), HasControls: ex.HasControls(),
 		ReportResult: ex.Spec.ReportResult, Full: ex.Full(), Images: ex.Spec.Images, AllowedValues: ex.Spec.AllowedValues,
@@ -351,7 +360,7 @@ func (s *Server) exceptionInfo(snap *Snapshot, ex *engine.Exception, manifest bo
 		info.Policies = append(info.Policies, &arbiterv1.PolicyReference{Kind: r.Kind, Name: r.Name, Exists: snap.Set.HasPolicy(r.Kind, r.Name)})
 	}
 	if manifest {
-		info.ManifestJson = s.manifest(snap, store.Key{Group: engine.KyvernoGroup, Kind: engine.KindPolicyException, Namespace: ex.Namespace, Name: ex.Name})
+		info.ManifestJson = s.manifest(snap, store.Key{Group: kyvernoapi.Group, Kind: kyvernoapi.KindPolicyException, Namespace: ex.Namespace, Name: ex.Name})
 	}
 	return info
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/authz"
 	"github.com/arbiter-pdp/arbiter/server/metrics"
@@ -18,14 +19,14 @@ import (
 // observeDecision reports one decision to the metrics, the decision log and
 // the trace: every decision path (Decide, batches) calls it once per
 // decision, after the response is built. start is when deciding began.
-func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *engine.Request, d *engine.Decision, resp *arbiterv1.DecideResponse, start time.Time) {
+func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *admission.Request, d *engine.Decision, resp *arbiterv1.DecideResponse, start time.Time) {
 	end := time.Now()
 	dur := end.Sub(start)
 	m, dl := s.cfg.Metrics, s.cfg.DecisionLog
 	logIt := dl != nil && dl.Sample(d.Allowed)
 	var ex decisionlog.Exceptions
 	if m != nil || logIt {
-		ex = s.exceptionOutcomes(snap, req, d)
+		ex = exceptionOutcomes(d)
 	}
 	if m != nil {
 		m.Decision(d.Allowed, dur)
@@ -67,7 +68,7 @@ func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *engin
 	}
 }
 
-func decisionEntry(ctx context.Context, snap *Snapshot, req *engine.Request, d *engine.Decision, resp *arbiterv1.DecideResponse,
+func decisionEntry(ctx context.Context, snap *Snapshot, req *admission.Request, d *engine.Decision, resp *arbiterv1.DecideResponse,
 	ex decisionlog.Exceptions, start time.Time, dur time.Duration) *decisionlog.Entry {
 	caller := authz.CallerName(ctx)
 	if caller == "" {
@@ -105,110 +106,50 @@ func decisionEntry(ctx context.Context, snap *Snapshot, req *engine.Request, d *
 		r := &d.Results[i]
 		e.Results[i] = decisionlog.Result{
 			Policy: r.Policy, PolicyKind: r.PolicyKind, Rule: r.Rule, Result: r.Result,
-			Message: r.Message, Actions: r.Actions, Exceptions: r.Exceptions,
+			Message: r.Message, Actions: r.Actions, Exceptions: r.Exceptions(),
 		}
 	}
 	return e
 }
 
-func modeName(m engine.Mode) string {
+func modeName(m admission.Mode) string {
 	switch m {
-	case engine.ModeAdmission:
+	case admission.ModeAdmission:
 		return "admission"
-	case engine.ModeBackground:
+	case admission.ModeBackground:
 		return "background"
 	}
 	return "cli"
 }
 
-// exceptionOutcomes derives the exceptions granted, refused and expired in
-// a decision from its results (the engine reports them there):
-//   - granted: the exceptions of a result with rule "exception" (an
-//     exemption);
-//   - refused: the exception named by a plain (rule "") failing or erring
-//     result, which carries the refused exception whose compensating
-//     control message replaced the policy's (the first refused one, by
-//     namespace and name, when none was granted);
-//   - expired: exceptions bound to a policy that applied whose expiresAt
-//     has passed (the engine ignores them; their matchConditions are not
-//     evaluated, so this counts "would have been considered"), once per
-//     decision. A Pod Security level applied unless its result is a skip
-//     other than by an exception (an exempt namespace, user or runtime
-//     class, or an update that changes nothing the checks read): its
-//     exceptions are consulted only when the level is checked.
-func (s *Server) exceptionOutcomes(snap *Snapshot, req *engine.Request, d *engine.Decision) decisionlog.Exceptions {
+// exceptionOutcomes collects the exceptions granted, refused and expired
+// in a decision, as the engine typed them in its results: granted are the
+// exceptions of an exemption; refused, the exception whose compensating
+// controls refused it and whose message a failing result shows; expired,
+// the exceptions bound to a policy that applied whose expiresAt had
+// passed (ignored by the engine), once per decision.
+func exceptionOutcomes(d *engine.Decision) decisionlog.Exceptions {
 	var out decisionlog.Exceptions
-	idx := s.expiryIndex(snap)
-	now := req.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
 	var expired map[string]bool
 	for i := range d.Results {
 		r := &d.Results[i]
-		switch {
-		case r.Rule == "exception":
-			out.Granted = append(out.Granted, r.Exceptions...)
-		case r.Rule == "" && len(r.Exceptions) > 0 && (r.Result == engine.ResultFail || r.Result == engine.ResultWarn || r.Result == engine.ResultError):
-			out.Refused = append(out.Refused, r.Exceptions...)
+		if r.Cause == outcome.CauseException {
+			out.Granted = append(out.Granted, r.Granted...)
 		}
-		if len(idx.byPolicy) == 0 || r.PolicyKind == engine.KindPodSecurity && r.Result == engine.ResultSkip && r.Rule != "exception" {
-			continue
+		if r.Refused != "" {
+			out.Refused = append(out.Refused, r.Refused)
 		}
-		for _, e := range idx.byPolicy[r.PolicyKind+"/"+r.Policy] {
-			if e.Expired(now) && !expired[e.Key()] {
+		for _, e := range r.Expired {
+			if !expired[e] {
 				if expired == nil {
 					expired = map[string]bool{}
 				}
-				expired[e.Key()] = true
-				out.Expired = append(out.Expired, e.Key())
+				expired[e] = true
+				out.Expired = append(out.Expired, e)
 			}
 		}
 	}
 	return out
-}
-
-// expiryIndex lists, per policy (kind/namespace/name as results name it:
-// PodSecurity/restricted for a Pod Security level), its exceptions that
-// have an expiresAt.
-type expiryIndex struct {
-	set      *engine.PolicySet
-	byPolicy map[string][]*engine.Exception
-}
-
-type expiryCache struct{ p atomic.Pointer[expiryIndex] }
-
-func (s *Server) expiryIndex(snap *Snapshot) *expiryIndex {
-	if idx := s.expiries.p.Load(); idx != nil && idx.set == snap.Set {
-		return idx
-	}
-	idx := &expiryIndex{set: snap.Set}
-	for _, p := range snap.Set.Policies() {
-		for _, e := range snap.Set.ExceptionsFor(p) {
-			if e.ExpiresAt.IsZero() {
-				continue
-			}
-			if idx.byPolicy == nil {
-				idx.byPolicy = map[string][]*engine.Exception{}
-			}
-			k := p.Kind + "/" + p.Key()
-			idx.byPolicy[k] = append(idx.byPolicy[k], e)
-		}
-	}
-	for _, level := range engine.PodSecurityLevels() {
-		for _, e := range snap.Set.PodSecurityExceptions(level) {
-			if e.ExpiresAt.IsZero() {
-				continue
-			}
-			if idx.byPolicy == nil {
-				idx.byPolicy = map[string][]*engine.Exception{}
-			}
-			k := engine.KindPodSecurity + "/" + level
-			idx.byPolicy[k] = append(idx.byPolicy[k], e)
-		}
-	}
-	s.expiries.p.Store(idx)
-	return idx
 }
 
 // observeCommit reports the duration of a commit that began at start.

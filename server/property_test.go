@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
 )
@@ -69,15 +69,15 @@ func render(r *arbiterv1.DecideResponse) string {
 
 // randomObjects returns 1–4 random upserts: policies with namespace
 // selectors, exceptions, and Namespaces.
-func randomObjects(rng *rand.Rand) []*engine.Object {
-	var out []*engine.Object
+func randomObjects(rng *rand.Rand) []*manifest.Object {
+	var out []*manifest.Object
 	used := map[string]bool{}
 	for n := 1 + rng.IntN(4); len(out) < n; {
-		var o *engine.Object
+		var o *manifest.Object
 		switch rng.IntN(3) {
 		case 0:
 			name := fmt.Sprintf("p%d", rng.IntN(6))
-			o = engine.NewObject("rand", map[string]any{
+			o = manifest.NewObject("rand", map[string]any{
 				"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
 				"metadata": map[string]any{"name": name},
 				"spec": map[string]any{
@@ -95,7 +95,7 @@ func randomObjects(rng *rand.Rand) []*engine.Object {
 			})
 		case 1:
 			name := fmt.Sprintf("e%d", rng.IntN(6))
-			o = engine.NewObject("rand", map[string]any{
+			o = manifest.NewObject("rand", map[string]any{
 				"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
 				"metadata": map[string]any{"name": name, "namespace": "exc"},
 				"spec": map[string]any{
@@ -104,7 +104,7 @@ func randomObjects(rng *rand.Rand) []*engine.Object {
 				},
 			})
 		default:
-			o = engine.NewObject("rand", map[string]any{
+			o = manifest.NewObject("rand", map[string]any{
 				"apiVersion": "v1", "kind": "Namespace",
 				"metadata": map[string]any{"name": fmt.Sprintf("ns-%d", rng.IntN(3)), "labels": map[string]any{"env": fmt.Sprint(rng.IntN(2))}},
 			})

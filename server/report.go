@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
@@ -9,7 +10,7 @@ import (
 // reportOf is the PolicyReport of a decision for the request's object, as
 // `arbiter apply` writes it (from the decision's results as
 // ResponseFromDecision gives them and ReportResults converts them).
-func reportOf(req *engine.Request, d *engine.Decision) report.Report {
+func reportOf(req *admission.Request, d *engine.Decision) report.Report {
 	results := make([]report.Result, len(d.Results))
 	for i := range d.Results {
 		r := &d.Results[i]
@@ -17,7 +18,7 @@ func reportOf(req *engine.Request, d *engine.Decision) report.Report {
 			Source: r.Source, Scored: r.Scored, Category: r.Category, Severity: r.Severity}
 	}
 	return report.New(req.Kind.GroupVersion().String(), req.Kind.Kind, req.Namespace, req.Name,
-		engine.IsNamespaced(req.Kind.GroupKind()), results)
+		admission.IsNamespaced(req.Kind.GroupKind()), results)
 }
 
 // ReportResults converts decision results to PolicyReport results.

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/store"
 )
 
@@ -155,7 +155,7 @@ func (s *Server) Lead(ctx context.Context, floor uint64) (store.Commit, error) {
 // write that does not compile is refused whole with the load errors naming
 // each object (by its Source) and field. It fails with *NotPrimaryError on
 // a replica that is not the primary.
-func (s *Server) WriteObjects(ctx context.Context, upserts []*engine.Object, deletes []store.Key) (store.Commit, error) {
+func (s *Server) WriteObjects(ctx context.Context, upserts []*manifest.Object, deletes []store.Key) (store.Commit, error) {
 	b, err := upsertBatch(upserts)
 	if err != nil {
 		return store.Commit{}, err
@@ -175,7 +175,7 @@ func (s *Server) WriteObjects(ctx context.Context, upserts []*engine.Object, del
 
 // Range calls fn for every object of the snapshot, in key order, until fn
 // returns false. The objects are shared: they must not be modified.
-func (s *Snapshot) Range(fn func(store.Key, *engine.Object) bool) {
+func (s *Snapshot) Range(fn func(store.Key, *manifest.Object) bool) {
 	if s.objects == nil {
 		return
 	}

@@ -10,14 +10,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/store"
 )
 
-func nsObject(name string, labels map[string]any) *engine.Object {
-	return engine.NewObject("test:"+name, map[string]any{
+func nsObject(name string, labels map[string]any) *manifest.Object {
+	return manifest.NewObject("test:"+name, map[string]any{
 		"apiVersion": "v1", "kind": "Namespace",
 		"metadata": map[string]any{"name": name, "labels": labels},
 	})
@@ -42,7 +42,7 @@ func TestRoleSwitch(t *testing.T) {
 	a := startServer(t, server.Config{})
 	b := startServer(t, server.Config{Follow: a.addr, ReplicaID: "b"})
 	for i := range 3 {
-		if _, err := a.WriteObjects(ctx, []*engine.Object{nsObject(fmt.Sprintf("ns-%d", i), nil)}, nil); err != nil {
+		if _, err := a.WriteObjects(ctx, []*manifest.Object{nsObject(fmt.Sprintf("ns-%d", i), nil)}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,10 +53,10 @@ func TestRoleSwitch(t *testing.T) {
 	if b.IsPrimary() || b.Serving() {
 		t.Fatal("a standby is not primary and not serving")
 	}
-	if _, err := b.WriteObjects(ctx, []*engine.Object{nsObject("x", nil)}, nil); !errors.As(err, new(*server.NotPrimaryError)) {
+	if _, err := b.WriteObjects(ctx, []*manifest.Object{nsObject("x", nil)}, nil); !errors.As(err, new(*server.NotPrimaryError)) {
 		t.Fatalf("write to a standby: %v", err)
 	}
-	if _, err := a.WriteObjects(ctx, []*engine.Object{nsObject("only-on-a", nil)}, nil); err != nil {
+	if _, err := a.WriteObjects(ctx, []*manifest.Object{nsObject("only-on-a", nil)}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -73,12 +73,12 @@ func TestRoleSwitch(t *testing.T) {
 	if a.IsPrimary() || a.PrimaryAddress() != b.addr {
 		t.Fatalf("a: primary %v following %q", a.IsPrimary(), a.PrimaryAddress())
 	}
-	_, err = a.WriteObjects(ctx, []*engine.Object{nsObject("y", nil)}, nil)
+	_, err = a.WriteObjects(ctx, []*manifest.Object{nsObject("y", nil)}, nil)
 	var np *server.NotPrimaryError
 	if !errors.As(err, &np) || np.Primary != b.addr {
 		t.Fatalf("write to the old primary: %v", err)
 	}
-	c2, err := b.WriteObjects(ctx, []*engine.Object{nsObject("ns-9", map[string]any{"t": "2"})}, nil)
+	c2, err := b.WriteObjects(ctx, []*manifest.Object{nsObject("ns-9", map[string]any{"t": "2"})}, nil)
 	if err != nil || c2.Revision != floor+1 {
 		t.Fatalf("first write of the term: %+v %v", c2, err)
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/authz"
 	"github.com/arbiter-pdp/arbiter/server/limits"
@@ -119,8 +120,7 @@ type Server struct {
 	hooksMu       sync.Mutex
 	shutdownHooks []func(context.Context)
 
-	tracer   oteltrace.Tracer
-	expiries expiryCache
+	tracer oteltrace.Tracer
 
 	closeOnce sync.Once
 	// runCtx ends when the server shuts down (follower loops, follow streams).
@@ -399,7 +399,7 @@ func (e *NotPrimaryError) Error() string {
 }
 
 // LoadObjects upserts objects in one write (serve --load).
-func (s *Server) LoadObjects(ctx context.Context, objs []*engine.Object) (store.Commit, error) {
+func (s *Server) LoadObjects(ctx context.Context, objs []*manifest.Object) (store.Commit, error) {
 	b, err := upsertBatch(objs)
 	if err != nil {
 		return store.Commit{}, err
@@ -411,13 +411,13 @@ func (s *Server) LoadObjects(ctx context.Context, objs []*engine.Object) (store.
 	return s.writeWith(ctx, func(*Snapshot) (store.Batch, error) { return b, nil }, sources)
 }
 
-func upsertBatch(objs []*engine.Object) (store.Batch, error) {
+func upsertBatch(objs []*manifest.Object) (store.Batch, error) {
 	var b store.Batch
-	var errs engine.LoadErrors
+	var errs manifest.LoadErrors
 	seen := map[store.Key]string{}
 	for _, o := range objs {
 		if err := storable(o); err != nil {
-			var le *engine.LoadError
+			var le *manifest.LoadError
 			if errors.As(err, &le) {
 				errs = append(errs, le)
 				continue
@@ -426,7 +426,7 @@ func upsertBatch(objs []*engine.Object) (store.Batch, error) {
 		}
 		k := KeyOf(o)
 		if prev, dup := seen[k]; dup {
-			errs = append(errs, &engine.LoadError{Source: o.Source, Object: o.Ref(), Field: "metadata.name", Detail: "defined twice (also in " + prev + ")"})
+			errs = append(errs, &manifest.LoadError{Source: o.Source, Object: o.Ref(), Field: "metadata.name", Detail: "defined twice (also in " + prev + ")"})
 			continue
 		}
 		seen[k] = o.Source

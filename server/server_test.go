@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/arbiter-pdp/arbiter/client"
-	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
@@ -72,13 +71,13 @@ func startSyncedServer(t testing.TB, cfg server.Config) *testServer {
 	return ts
 }
 
-func readObjects(t testing.TB, paths ...string) []*engine.Object {
+func readObjects(t testing.TB, paths ...string) []*manifest.Object {
 	t.Helper()
 	docs, err := manifest.ReadPaths(nil, paths...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return engine.FromDocuments(docs)
+	return manifest.FromDocuments(docs)
 }
 
 func objectJSON(t testing.TB, path string) []byte {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	"github.com/arbiter-pdp/arbiter/store"
 )
@@ -33,7 +34,7 @@ type Snapshot struct {
 func (s *Snapshot) Objects() int { return s.objects.len() }
 
 // Object returns a stored object.
-func (s *Snapshot) Object(k store.Key) (*engine.Object, bool) { return s.objects.get(k) }
+func (s *Snapshot) Object(k store.Key) (*manifest.Object, bool) { return s.objects.get(k) }
 
 // Next returns a channel closed when a newer snapshot is swapped in.
 func (s *Snapshot) Next() <-chan struct{} { return s.next }
@@ -41,7 +42,7 @@ func (s *Snapshot) Next() <-chan struct{} { return s.next }
 // objectSet is an immutable set of objects in key order.
 type objectSet struct {
 	keys []store.Key
-	objs []*engine.Object
+	objs []*manifest.Object
 }
 
 func (o *objectSet) len() int {
@@ -51,7 +52,7 @@ func (o *objectSet) len() int {
 	return len(o.keys)
 }
 
-func (o *objectSet) get(k store.Key) (*engine.Object, bool) {
+func (o *objectSet) get(k store.Key) (*manifest.Object, bool) {
 	if o == nil {
 		return nil, false
 	}
@@ -70,7 +71,7 @@ func (o *objectSet) apply(changes []store.Change, sources map[store.Key]string) 
 		sort.SliceStable(changes, func(i, j int) bool { return keyLess(changes[i].Key, changes[j].Key) })
 	}
 	n := o.len()
-	out := &objectSet{keys: make([]store.Key, 0, n+len(changes)), objs: make([]*engine.Object, 0, n+len(changes))}
+	out := &objectSet{keys: make([]store.Key, 0, n+len(changes)), objs: make([]*manifest.Object, 0, n+len(changes))}
 	i := 0
 	for _, c := range changes {
 		for i < n && keyLess(o.keys[i], c.Key) {
@@ -92,7 +93,7 @@ func (o *objectSet) apply(changes []store.Change, sources map[store.Key]string) 
 			obj.Source = src
 		}
 		if got := KeyOf(obj); got != c.Key {
-			return nil, &engine.LoadError{Source: obj.Source, Object: obj.Ref(), Detail: fmt.Sprintf("key %s does not match the object (%s)", c.Key, got)}
+			return nil, &manifest.LoadError{Source: obj.Source, Object: obj.Ref(), Detail: fmt.Sprintf("key %s does not match the object (%s)", c.Key, got)}
 		}
 		if err := storable(obj); err != nil {
 			return nil, err

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/store"
@@ -72,7 +71,7 @@ func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbi
 	upserts := make([]store.Change, 0, len(w.GetChanges()))
 	sources := map[store.Key]string{}
 	var deletes []store.Change
-	var errs engine.LoadErrors
+	var errs manifest.LoadErrors
 	for i, c := range w.GetChanges() {
 		src := fmt.Sprintf("changes[%d]", i)
 		if c.GetSource() != "" {
@@ -84,9 +83,9 @@ func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbi
 			if err != nil {
 				return nil, &FieldError{Field: src + ".object_json", Detail: err.Error()}
 			}
-			o := engine.NewObject(src, content)
+			o := manifest.NewObject(src, content)
 			if err := storable(o); err != nil {
-				var le *engine.LoadError
+				var le *manifest.LoadError
 				if errors.As(err, &le) {
 					errs = append(errs, le)
 					continue

@@ -8,17 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/server"
 )
 
 // bigSet returns n objects: the 16 Pod Security policies, 184 more
 // policies, and exceptions and Namespaces for the rest (half each).
-func bigSet(tb testing.TB, n int) []*engine.Object {
+func bigSet(tb testing.TB, n int) []*manifest.Object {
 	tb.Helper()
 	objs := readObjects(tb, pssDir)
 	for i := 0; len(objs) < 200 && len(objs) < n; i++ {
-		objs = append(objs, engine.NewObject("bench", map[string]any{
+		objs = append(objs, manifest.NewObject("bench", map[string]any{
 			"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
 			"metadata": map[string]any{"name": fmt.Sprintf("team-policy-%03d", i)},
 			"spec": map[string]any{
@@ -34,7 +34,7 @@ func bigSet(tb testing.TB, n int) []*engine.Object {
 	}
 	for i := 0; len(objs) < n; i++ {
 		if i%2 == 0 {
-			objs = append(objs, engine.NewObject("bench", map[string]any{
+			objs = append(objs, manifest.NewObject("bench", map[string]any{
 				"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
 				"metadata": map[string]any{"name": fmt.Sprintf("exception-%05d", i), "namespace": "exceptions"},
 				"spec": map[string]any{
@@ -43,7 +43,7 @@ func bigSet(tb testing.TB, n int) []*engine.Object {
 				},
 			}))
 		} else {
-			objs = append(objs, engine.NewObject("bench", map[string]any{
+			objs = append(objs, manifest.NewObject("bench", map[string]any{
 				"apiVersion": "v1", "kind": "Namespace",
 				"metadata": map[string]any{"name": fmt.Sprintf("ns-%05d", i), "labels": map[string]any{"team": fmt.Sprint(i % 50)}},
 			}))
@@ -66,11 +66,11 @@ func BenchmarkCommitOneWith10k(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		o := engine.NewObject("bench", map[string]any{
+		o := manifest.NewObject("bench", map[string]any{
 			"apiVersion": "v1", "kind": "Namespace",
 			"metadata": map[string]any{"name": "churn", "labels": map[string]any{"i": fmt.Sprint(i)}},
 		})
-		if _, err := ts.LoadObjects(ctx, []*engine.Object{o}); err != nil {
+		if _, err := ts.LoadObjects(ctx, []*manifest.Object{o}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -123,7 +123,7 @@ func BenchmarkCommitToFollowers(b *testing.B) {
 	for b.Loop() {
 		i++
 		body, _ := json.Marshal(map[string]any{"i": i})
-		o := engine.NewObject("bench", map[string]any{
+		o := manifest.NewObject("bench", map[string]any{
 			"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
 			"metadata": map[string]any{"name": "churn", "namespace": "exceptions"},
 			"spec": map[string]any{
@@ -132,7 +132,7 @@ func BenchmarkCommitToFollowers(b *testing.B) {
 			},
 		})
 		start := time.Now()
-		commit, err := primary.LoadObjects(ctx, []*engine.Object{o})
+		commit, err := primary.LoadObjects(ctx, []*manifest.Object{o})
 		if err != nil {
 			b.Fatal(err)
 		}

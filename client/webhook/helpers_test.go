@@ -25,7 +25,6 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/client/webhook"
-	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/store"
@@ -47,13 +46,13 @@ type decisionServer struct {
 	commit store.Commit
 }
 
-func readObjects(tb testing.TB, paths ...string) []*engine.Object {
+func readObjects(tb testing.TB, paths ...string) []*manifest.Object {
 	tb.Helper()
 	docs, err := manifest.ReadPaths(nil, paths...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return engine.FromDocuments(docs)
+	return manifest.FromDocuments(docs)
 }
 
 // startDecisionServer starts a server (a primary, or a follower of

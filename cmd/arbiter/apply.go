@@ -20,6 +20,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	results "github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -105,7 +108,7 @@ type outcome struct {
 	report report.Report
 }
 
-func newOutcome(res *engine.Object, namespace string) outcome {
+func newOutcome(res *manifest.Object, namespace string) outcome {
 	return outcome{apiVersion: res.APIVersion, kind: res.Kind, namespace: namespace, name: res.Name}
 }
 
@@ -175,9 +178,9 @@ func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) 
 	oc.denied = !oc.decision.GetAllowed()
 	for _, r := range oc.decision.GetResults() {
 		switch r.GetResult() {
-		case engine.ResultFail, engine.ResultError:
+		case results.Fail, results.Error:
 			oc.anyFail = true
-		case engine.ResultWarn:
+		case results.Warn:
 			oc.anyWarn = true
 		}
 	}
@@ -189,7 +192,7 @@ func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) 
 	}
 	gvk := schema.FromAPIVersionAndKind(oc.apiVersion, oc.kind)
 	rep := report.New(oc.apiVersion, oc.kind, oc.namespace, oc.name,
-		engine.IsNamespaced(gvk.GroupKind()), server.ReportResults(oc.decision.GetResults()))
+		admission.IsNamespaced(gvk.GroupKind()), server.ReportResults(oc.decision.GetResults()))
 	oc.decision, oc.candidate = nil, nil
 	if format == "json" {
 		return rep.AppendJSONCached(buf, "  ", cache)
@@ -219,9 +222,9 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 	if len(o.candidates) > 0 && o.server == "" {
 		return exitWith(exitLoad, "--candidate needs --server (locally, add the objects to the paths)")
 	}
-	dflt := engine.ModeCLI
+	dflt := admission.ModeCLI
 	if o.server != "" {
-		dflt = engine.ModeAdmission
+		dflt = admission.ModeAdmission
 	}
 	mode, err := parseMode(o.mode, dflt)
 	if err != nil {
@@ -274,7 +277,7 @@ func runApply(ctx context.Context, out io.Writer, args []string, o *applyOptions
 		if err != nil {
 			return err
 		}
-		if _, err := requestFor(&engine.Object{}, o.operation, mode); err != nil {
+		if _, err := requestFor(&manifest.Object{}, o.operation, mode); err != nil {
 			return err // an unknown --operation
 		}
 		ps, err := compile(in.objects, engine.Options{})
@@ -331,12 +334,12 @@ func failed(outcomes []outcome, failOn string) bool {
 
 // decideLocal evaluates every resource on the compiled set, in parallel,
 // decoding each as it goes.
-func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resourceDoc, operation string, mode engine.Mode, prog *progress, fin *finisher) ([]outcome, error) {
+func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resourceDoc, operation string, mode admission.Mode, prog *progress, fin *finisher) ([]outcome, error) {
 	outcomes := make([]outcome, len(resources))
 	errs := make([]error, len(resources))
 	parallelDo(len(resources), func(i int) {
 		res, sizes, err := resources[i].decoded()
-		var req *engine.Request
+		var req *admission.Request
 		if err == nil {
 			req, err = requestFor(res, operation, mode)
 		}
@@ -344,10 +347,9 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resource
 			errs[i] = err
 			return
 		}
-		// The request's objects are res's content, measured while decoded.
-		req.ObjectSizes = sizes
 		outcomes[i] = newOutcome(res, req.Namespace)
-		outcomes[i].decision = server.ResponseFromDecision(ps.Evaluate(ctx, req))
+		// The request's objects are res's content, measured while decoded.
+		outcomes[i].decision = server.ResponseFromDecision(ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes}))
 		fin.finish(i, &outcomes[i])
 		prog.add(1)
 	})

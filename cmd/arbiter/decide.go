@@ -14,6 +14,8 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
@@ -109,13 +111,13 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 	if err != nil {
 		return err
 	}
-	var old *engine.Object
+	var old *manifest.Object
 	if o.oldFile != "" {
 		if old, err = readOne(o.oldFile); err != nil {
 			return err
 		}
 	}
-	mode, err := parseMode(o.mode, engine.ModeAdmission)
+	mode, err := parseMode(o.mode, admission.ModeAdmission)
 	if err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 	if o.namespace != "" {
 		req.Namespace = o.namespace
 	}
-	req.UserInfo = engine.UserInfo{Username: o.user, Groups: o.groups}
+	req.UserInfo = admission.UserInfo{Username: o.user, Groups: o.groups}
 	req.DryRun = o.dryRun
 
 	var resp *arbiterv1.DecideResponse
@@ -165,7 +167,7 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if err != nil {
 			return err
 		}
-		resp = server.ResponseFromDecision(ps.Evaluate(ctx, req))
+		resp = server.ResponseFromDecision(ps.Evaluate(ctx, req, nil))
 	}
 	if err := writeDecision(out, o.output, resp); err != nil {
 		return err
@@ -176,7 +178,7 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 	return nil
 }
 
-func readOne(path string) (*engine.Object, error) {
+func readOne(path string) (*manifest.Object, error) {
 	objs, err := readObjects(path)
 	if err != nil {
 		return nil, err
@@ -260,7 +262,7 @@ func writeDecision(w io.Writer, format string, resp *arbiterv1.DecideResponse) e
 }
 
 // protoRequest converts an engine request to its wire form.
-func protoRequest(req *engine.Request) (*arbiterv1.DecideRequest, error) {
+func protoRequest(req *admission.Request) (*arbiterv1.DecideRequest, error) {
 	var object, oldObject []byte
 	var err error
 	if req.Object != nil {
@@ -278,7 +280,7 @@ func protoRequest(req *engine.Request) (*arbiterv1.DecideRequest, error) {
 
 // protoRequestJSON is the DecideRequest of req, whose object and old
 // object are given as JSON.
-func protoRequestJSON(req *engine.Request, object, oldObject []byte) *arbiterv1.DecideRequest {
+func protoRequestJSON(req *admission.Request, object, oldObject []byte) *arbiterv1.DecideRequest {
 	pr := &arbiterv1.DecideRequest{
 		Kind:          &arbiterv1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
 		Resource:      &arbiterv1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
@@ -291,16 +293,16 @@ func protoRequestJSON(req *engine.Request, object, oldObject []byte) *arbiterv1.
 		OldObjectJson: oldObject,
 	}
 	switch strings.ToUpper(req.Operation) {
-	case engine.OpUpdate:
+	case admission.OpUpdate:
 		pr.Operation = arbiterv1.Operation_OPERATION_UPDATE
-	case engine.OpDelete:
+	case admission.OpDelete:
 		pr.Operation = arbiterv1.Operation_OPERATION_DELETE
-	case engine.OpConnect:
+	case admission.OpConnect:
 		pr.Operation = arbiterv1.Operation_OPERATION_CONNECT
 	default:
 		pr.Operation = arbiterv1.Operation_OPERATION_CREATE
 	}
-	if req.Mode == engine.ModeBackground {
+	if req.Mode == admission.ModeBackground {
 		pr.Mode = arbiterv1.Mode_MODE_BACKGROUND
 	} else {
 		pr.Mode = arbiterv1.Mode_MODE_ADMISSION

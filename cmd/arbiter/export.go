@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 func newExportCommand() *cobra.Command {
@@ -68,7 +69,7 @@ func runExportVAP(out, errOut io.Writer, paths []string, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	var policyObjs []*engine.Object
+	var policyObjs []*manifest.Object
 	for _, o := range objs {
 		switch engine.Classify(o) {
 		case engine.ClassPolicy, engine.ClassException, engine.ClassNamespace:

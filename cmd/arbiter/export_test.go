@@ -27,7 +27,7 @@ func TestExportVAP(t *testing.T) {
 	if len(docs) == 0 || len(docs)%2 != 0 {
 		t.Fatalf("%d documents:\n%s", len(docs), out.String())
 	}
-	objs := engine.FromDocuments(docs)
+	objs := manifest.FromDocuments(docs)
 	if engine.Classify(objs[0]) != engine.ClassVAP || engine.Classify(objs[1]) != engine.ClassVAPBinding ||
 		!strings.HasPrefix(objs[0].Name, "vpol-") || objs[1].Name != objs[0].Name+"-binding" {
 		t.Fatalf("unexpected objects: %s %s, %s %s", objs[0].Kind, objs[0].Name, objs[1].Kind, objs[1].Name)

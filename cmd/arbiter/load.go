@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
@@ -17,7 +18,7 @@ import (
 type inputs struct {
 	// objects are the objects to compile: policies, exceptions, Namespaces,
 	// ValidatingAdmissionPolicy params and the rest of the policy objects.
-	objects []*engine.Object
+	objects []*manifest.Object
 	// resources are the objects to evaluate, decoded one at a time as they
 	// are (plain YAML is kept as compact JSON until then).
 	resources []resourceDoc
@@ -26,13 +27,13 @@ type inputs struct {
 // resourceDoc is a resource to evaluate: its document, and the object it
 // names (its identity, and its content when it was decoded already).
 type resourceDoc struct {
-	object *engine.Object
+	object *manifest.Object
 	doc    *manifest.RawDocument
 }
 
 // decoded returns the resource with its content, and its sizes when they
-// were measured while decoding it (see engine.Request.ObjectSizes).
-func (r resourceDoc) decoded() (*engine.Object, *manifest.Sizes, error) {
+// were measured while decoding it (see admission.Request.ObjectSizes).
+func (r resourceDoc) decoded() (*manifest.Object, *manifest.Sizes, error) {
 	switch {
 	case r.object.Content != nil:
 		return r.object, nil, nil
@@ -45,11 +46,11 @@ func (r resourceDoc) decoded() (*engine.Object, *manifest.Sizes, error) {
 	if err != nil {
 		return nil, nil, exitWith(exitLoad, "%s: %v", r.doc.Source(), err)
 	}
-	return engine.NewObject(r.doc.Source(), content), &sizes, nil
+	return manifest.NewObject(r.doc.Source(), content), &sizes, nil
 }
 
 // readObjects reads every manifest under paths.
-func readObjects(paths ...string) ([]*engine.Object, error) {
+func readObjects(paths ...string) ([]*manifest.Object, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
@@ -57,7 +58,7 @@ func readObjects(paths ...string) ([]*engine.Object, error) {
 	if err != nil {
 		return nil, exitWith(exitLoad, "%v", err)
 	}
-	return engine.FromDocuments(docs), nil
+	return manifest.FromDocuments(docs), nil
 }
 
 // readDocuments reads every manifest under paths, plain YAML as JSON (see
@@ -74,17 +75,17 @@ func readDocuments(paths []string) ([]*manifest.RawDocument, error) {
 }
 
 // headObject is the object a document names, by its head: identity only.
-func headObject(d *manifest.RawDocument) *engine.Object {
-	return &engine.Object{APIVersion: d.Head.APIVersion, Kind: d.Head.Kind, Name: d.Head.Name, Namespace: d.Head.Namespace, Source: d.Source()}
+func headObject(d *manifest.RawDocument) *manifest.Object {
+	return &manifest.Object{APIVersion: d.Head.APIVersion, Kind: d.Head.Kind, Name: d.Head.Name, Namespace: d.Head.Namespace, Source: d.Source()}
 }
 
 // decodeDocument is the object of a document, with its content.
-func decodeDocument(d *manifest.RawDocument) (*engine.Object, error) {
+func decodeDocument(d *manifest.RawDocument) (*manifest.Object, error) {
 	content, err := d.Content()
 	if err != nil {
 		return nil, exitWith(exitLoad, "%s: %v", d.Source(), err)
 	}
-	return engine.NewObject(d.Source(), content), nil
+	return manifest.NewObject(d.Source(), content), nil
 }
 
 // loadInputs reads policy paths (whose non-policy objects are resources),
@@ -98,7 +99,7 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 	}
 	// Policy objects are decoded now; resources are named by their head,
 	// and those that are ValidatingAdmissionPolicy params decoded.
-	objs := make([]*engine.Object, len(docs))
+	objs := make([]*manifest.Object, len(docs))
 	for i, d := range docs {
 		if objs[i] = headObject(d); engine.Classify(objs[i]) != engine.ClassResource {
 			if objs[i], err = decodeDocument(d); err != nil {
@@ -160,10 +161,10 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 }
 
 // compile compiles the inputs' policies, reporting load errors with exit code 2.
-func compile(objs []*engine.Object, opts engine.Options) (*engine.PolicySet, error) {
+func compile(objs []*manifest.Object, opts engine.Options) (*engine.PolicySet, error) {
 	ps, err := engine.Compile(objs, opts)
 	if err != nil {
-		if l := engine.AsLoadErrors(err); l != nil {
+		if l := manifest.AsLoadErrors(err); l != nil {
 			return nil, exitWith(exitLoad, "cannot load policies:\n  %s", strings.ReplaceAll(l.Error(), "\n", "\n  "))
 		}
 		return nil, exitWith(exitLoad, "%v", err)
@@ -178,38 +179,38 @@ func compile(objs []*engine.Object, opts engine.Options) (*engine.PolicySet, err
 // `kyverno apply` does: CREATE with the object; UPDATE with the object as
 // object and oldObject; DELETE with it as oldObject only. A namespaced
 // object without a namespace is in "default".
-func requestFor(o *engine.Object, operation string, mode engine.Mode) (*engine.Request, error) {
-	req := &engine.Request{Operation: strings.ToUpper(operation), Mode: mode}
+func requestFor(o *manifest.Object, operation string, mode admission.Mode) (*admission.Request, error) {
+	req := &admission.Request{Operation: strings.ToUpper(operation), Mode: mode}
 	switch req.Operation {
-	case "", engine.OpCreate:
-		req.Operation = engine.OpCreate
+	case "", admission.OpCreate:
+		req.Operation = admission.OpCreate
 		req.Object = o.Content
-	case engine.OpUpdate:
+	case admission.OpUpdate:
 		req.Object = o.Content
 		req.OldObject = o.Content
-	case engine.OpDelete:
+	case admission.OpDelete:
 		req.OldObject = o.Content
-	case engine.OpConnect:
+	case admission.OpConnect:
 		req.Object = o.Content
 	default:
 		return nil, exitWith(exitLoad, "--operation: unknown operation %q (CREATE, UPDATE, DELETE, CONNECT)", operation)
 	}
 	req.Fill()
 	gvk := schema.FromAPIVersionAndKind(o.APIVersion, o.Kind)
-	if req.Namespace == "" && engine.IsNamespaced(gvk.GroupKind()) {
+	if req.Namespace == "" && admission.IsNamespaced(gvk.GroupKind()) {
 		req.Namespace = "default"
 	}
 	return req, nil
 }
 
-func parseMode(s string, dflt engine.Mode) (engine.Mode, error) {
+func parseMode(s string, dflt admission.Mode) (admission.Mode, error) {
 	switch strings.ToLower(s) {
 	case "":
 		return dflt, nil
 	case "admission":
-		return engine.ModeAdmission, nil
+		return admission.ModeAdmission, nil
 	case "background":
-		return engine.ModeBackground, nil
+		return admission.ModeBackground, nil
 	}
 	return 0, exitWith(exitLoad, "--mode: unknown mode %q (admission, background)", s)
 }
@@ -233,7 +234,7 @@ type remoteInputs struct {
 // remoteResource is a resource to decide on the server: its identity and
 // its request, whose object is the resource's JSON.
 type remoteResource struct {
-	object  *engine.Object // identity only: no Content
+	object  *manifest.Object // identity only: no Content
 	request *arbiterv1.DecideRequest
 }
 
@@ -241,7 +242,7 @@ type remoteResource struct {
 // each resource's request carries its JSON (the data is the server's to
 // build); Namespace objects go with the requests in them; policy objects
 // are refused (the policies are the server's: try them with --candidate).
-func remoteInputsOf(in *inputs, operation string, mode engine.Mode) (*remoteInputs, error) {
+func remoteInputsOf(in *inputs, operation string, mode admission.Mode) (*remoteInputs, error) {
 	out := &remoteInputs{namespaces: map[string]*structpb.Struct{}}
 	for _, o := range in.objects {
 		if engine.Classify(o) != engine.ClassNamespace {
@@ -260,7 +261,7 @@ func remoteInputsOf(in *inputs, operation string, mode engine.Mode) (*remoteInpu
 			return nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
 		}
 		// requestFor needs only the identity of the object: the head.
-		req, err := requestFor(&engine.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
+		req, err := requestFor(&manifest.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
 			Content: map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "metadata": map[string]any{"name": o.Name, "namespace": o.Namespace}}},
 			operation, mode)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 func newPushCommand() *cobra.Command {
@@ -56,7 +57,7 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 	var payload [][]byte
 	var sources []string
 	params := engine.ParamObjects(objs)
-	var psaConfig *engine.Object
+	var psaConfig *manifest.Object
 	for _, o := range objs {
 		if engine.Classify(o) == engine.ClassResource && !params[o] {
 			return exitWith(exitLoad, "%s: %s is not a policy object (the store holds policies, exceptions, ValidatingAdmissionPolicies and their bindings and params, Namespaces and a PodSecurityConfiguration)", o.Source, o.Ref())

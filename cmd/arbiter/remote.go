@@ -12,13 +12,14 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
 // decideRemote decides every resource on the server in one DecideStream,
 // so the whole run is pinned to one revision. Namespace objects among the
 // inputs are sent as the namespace objects of requests in them.
-func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates []*engine.Object, prog *progress, fin *finisher) ([]outcome, *arbiterv1.WhatIfSummary, error) {
+func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates []*manifest.Object, prog *progress, fin *finisher) ([]outcome, *arbiterv1.WhatIfSummary, error) {
 	var whatIf *arbiterv1.WhatIf
 	if len(candidates) > 0 {
 		whatIf = &arbiterv1.WhatIf{}

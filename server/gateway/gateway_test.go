@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/arbiter-pdp/arbiter/client"
-	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
@@ -34,7 +33,7 @@ func setup(t *testing.T) (*client.Client, *httptest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.LoadObjects(ctx, engine.FromDocuments(docs)); err != nil {
+	if _, err := srv.LoadObjects(ctx, manifest.FromDocuments(docs)); err != nil {
 		t.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1133,8 +1133,12 @@ type ApplicablePolicy struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Policy *PolicyInfo            `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	// "" or the autogen variant (defaults, cronjobs) that matched.
-	Variant       string                 `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
-	Exceptions    []*ApplicableException `protobuf:"bytes,3,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	Variant    string                 `protobuf:"bytes,2,opt,name=variant,proto3" json:"variant,omitempty"`
+	Exceptions []*ApplicableException `protobuf:"bytes,3,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
+	// The error matching the policy to the request, when matching failed
+	// (the request's Namespace object is another namespace's): the policy
+	// may apply, and its Decide result is an error.
+	MatchError    string `protobuf:"bytes,4,opt,name=match_error,json=matchError,proto3" json:"match_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1188,6 +1192,13 @@ func (x *ApplicablePolicy) GetExceptions() []*ApplicableException {
 		return x.Exceptions
 	}
 	return nil
+}
+
+func (x *ApplicablePolicy) GetMatchError() string {
+	if x != nil {
+		return x.MatchError
+	}
+	return ""
 }
 
 // ApplicableResponse lists the matching policies at one revision.
@@ -1847,13 +1858,15 @@ const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
 	"\x13ApplicableException\x127\n" +
 	"\texception\x18\x01 \x01(\v2\x19.arbiter.v1.ExceptionInfoR\texception\x12\x14\n" +
-	"\x05match\x18\x02 \x01(\tR\x05match\"\x9d\x01\n" +
+	"\x05match\x18\x02 \x01(\tR\x05match\"\xbe\x01\n" +
 	"\x10ApplicablePolicy\x12.\n" +
 	"\x06policy\x18\x01 \x01(\v2\x16.arbiter.v1.PolicyInfoR\x06policy\x12\x18\n" +
 	"\avariant\x18\x02 \x01(\tR\avariant\x12?\n" +
 	"\n" +
 	"exceptions\x18\x03 \x03(\v2\x1f.arbiter.v1.ApplicableExceptionR\n" +
-	"exceptions\"\x82\x01\n" +
+	"exceptions\x12\x1f\n" +
+	"\vmatch_error\x18\x04 \x01(\tR\n" +
+	"matchError\"\x82\x01\n" +
 	"\x12ApplicableResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x128\n" +

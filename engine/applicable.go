@@ -40,10 +40,10 @@ type Applicable struct {
 // evaluating their validations; with evaluate, each bound exception's
 // matchConditions are evaluated against the request's object. opts may be nil.
 func (ps *PolicySet) Applicable(ctx context.Context, req *admission.Request, evaluate bool, opts *EvalOptions) []Applicable {
-	ev := ps.newEvaluation(ctx, req, opts)
+	rq := ps.newRequest(ctx, req, opts)
 	var out []Applicable
 	for _, k := range ps.validators {
-		out = k.applicable(ev, evaluate, out)
+		out = k.applicable(rq, evaluate, out)
 	}
 	return out
 }

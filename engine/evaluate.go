@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
@@ -43,15 +42,11 @@ type EvalOptions struct {
 	ExactCost bool
 }
 
-// Decision is the outcome of a request.
+// Decision is the outcome of a request: the merged outcome of its kinds
+// (Results, Warnings, AuditAnnotations) and the verdict.
 type Decision struct {
+	outcome.Outcome
 	Allowed bool
-	// Results holds one result per matched policy (binding, level), in
-	// evaluation order.
-	Results  []outcome.Result
-	Warnings []string
-	// AuditAnnotations are the audit annotations to record.
-	AuditAnnotations map[string]string
 	// Denials are the reasons the request is denied.
 	Denials []string
 	// Message is the denial message (Denials joined as Kyverno does).
@@ -70,22 +65,13 @@ type Decision struct {
 type kind interface {
 	// evaluate adds the kind's results, denials, warnings and audit
 	// annotations for the request to out.
-	evaluate(ev *evaluation, out *outcome.Outcome)
+	evaluate(rq *celeval.Request, out *outcome.Outcome)
 	// applicable appends the kind's policies that apply to the request.
-	applicable(ev *evaluation, evaluate bool, out []Applicable) []Applicable
+	applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable
 }
 
-// evaluation is one request's evaluation by the kinds of a set.
-type evaluation struct {
-	ctx   context.Context
-	req   *admission.Request
-	trace *outcome.Trace
-	// rq is the evaluation state shared by the kinds written in Kyverno's
-	// CEL (their cost budget, memoized expressions, inputs as CEL values).
-	rq *celeval.Request
-}
-
-func (ps *PolicySet) newEvaluation(ctx context.Context, req *admission.Request, opts *EvalOptions) *evaluation {
+// newRequest starts the evaluation of a request by the kinds of the set.
+func (ps *PolicySet) newRequest(ctx context.Context, req *admission.Request, opts *EvalOptions) *celeval.Request {
 	if opts == nil {
 		opts = &EvalOptions{}
 	}
@@ -93,7 +79,7 @@ func (ps *PolicySet) newEvaluation(ctx context.Context, req *admission.Request, 
 	if ns == nil && req.Namespace != "" {
 		ns = ps.namespaces[req.Namespace]
 	}
-	rq := celeval.NewRequest(ctx, req, celeval.Config{
+	return celeval.NewRequest(ctx, req, celeval.Config{
 		Namespace:   ns,
 		Context:     opts.Context,
 		Now:         opts.Now,
@@ -104,7 +90,6 @@ func (ps *PolicySet) newEvaluation(ctx context.Context, req *admission.Request, 
 		ExtraSize:   ps.exceptionSize,
 		ExactCost:   opts.ExactCost,
 	})
-	return &evaluation{ctx: ctx, req: req, trace: opts.Trace, rq: rq}
 }
 
 // Evaluate decides a request: the validating kinds in admission order
@@ -115,46 +100,32 @@ func (ps *PolicySet) newEvaluation(ctx context.Context, req *admission.Request, 
 // are errors). The caller must not modify the request's objects while
 // Evaluate runs; opts may be nil.
 func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts *EvalOptions) *Decision {
-	ev := ps.newEvaluation(ctx, req, opts)
-	var out outcome.Outcome
+	rq := ps.newRequest(ctx, req, opts)
+	d := &Decision{}
 	for _, k := range ps.validators {
-		k.evaluate(ev, &out)
+		k.evaluate(rq, &d.Outcome)
 	}
-	d := merge(&out)
-	d.Cost = ev.rq.Cost()
+	d.merge()
+	d.Cost = rq.Cost()
 	return d
 }
 
-// merge builds the decision from the kinds' outcomes: denied when any
-// kind denied, with the first denial's code and reason and the denials
-// joined as the message.
-func merge(out *outcome.Outcome) *Decision {
-	d := &Decision{Allowed: len(out.Denials) == 0, Results: out.Results, Warnings: out.Warnings, AuditAnnotations: out.AuditAnnotations}
-	switch len(out.Denials) {
-	case 0:
-		return d
-	case 1:
-		d.Denials = []string{out.Denials[0].Text}
-		d.Message = out.Denials[0].Text
-	default:
-		d.Denials = make([]string, len(out.Denials))
-		for i, den := range out.Denials {
-			d.Denials[i] = den.Text
-		}
-		d.Message = strings.Join(d.Denials, "; ")
-	}
-	d.Code, d.Reason = out.Denials[0].Code, out.Denials[0].Reason
-	return d
+// merge derives the verdict from the kinds' outcome: denied when any kind
+// denied, with the first denial's code and reason and the denials joined
+// as the message.
+func (d *Decision) merge() {
+	d.Allowed = !d.Outcome.Denied()
+	d.Denials, d.Message, d.Code, d.Reason = d.Outcome.Message()
 }
 
 // The validating kinds.
 
 type vpolKind struct{ set *vpol.Set }
 
-func (k vpolKind) evaluate(ev *evaluation, out *outcome.Outcome) { k.set.Evaluate(ev.rq, out) }
+func (k vpolKind) evaluate(rq *celeval.Request, out *outcome.Outcome) { k.set.Evaluate(rq, out) }
 
-func (k vpolKind) applicable(ev *evaluation, evaluate bool, out []Applicable) []Applicable {
-	for _, a := range k.set.Applicable(ev.rq, evaluate) {
+func (k vpolKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable {
+	for _, a := range k.set.Applicable(rq, evaluate) {
 		ap := Applicable{Kind: a.Policy.Kind, Name: a.Policy.Name, Namespace: a.Policy.Namespace, Policy: a.Policy, Variant: a.Variant, Exceptions: a.Exceptions}
 		if a.MatchError != nil {
 			ap.MatchError = "failed to execute matching: " + a.MatchError.Error()
@@ -166,12 +137,12 @@ func (k vpolKind) applicable(ev *evaluation, evaluate bool, out []Applicable) []
 
 type vapKind struct{ set *vap.Set }
 
-func (k vapKind) evaluate(ev *evaluation, out *outcome.Outcome) {
-	k.set.Evaluate(ev.ctx, ev.req, ev.trace, out)
+func (k vapKind) evaluate(rq *celeval.Request, out *outcome.Outcome) {
+	k.set.Evaluate(rq.Context(), rq.Attributes(), rq.Trace(), out)
 }
 
-func (k vapKind) applicable(ev *evaluation, _ bool, out []Applicable) []Applicable {
-	for _, info := range k.set.Applicable(ev.ctx, ev.req) {
+func (k vapKind) applicable(rq *celeval.Request, _ bool, out []Applicable) []Applicable {
+	for _, info := range k.set.Applicable(rq.Context(), rq.Attributes()) {
 		info := info
 		out = append(out, Applicable{Kind: vap.KindPolicy, Name: info.Name, VAP: &info})
 	}
@@ -180,10 +151,10 @@ func (k vapKind) applicable(ev *evaluation, _ bool, out []Applicable) []Applicab
 
 type psaKind struct{ set *psa.Set }
 
-func (k psaKind) evaluate(ev *evaluation, out *outcome.Outcome) { k.set.Evaluate(ev.rq, out) }
+func (k psaKind) evaluate(rq *celeval.Request, out *outcome.Outcome) { k.set.Evaluate(rq, out) }
 
-func (k psaKind) applicable(ev *evaluation, evaluate bool, out []Applicable) []Applicable {
-	for _, a := range k.set.Applicable(ev.rq, evaluate) {
+func (k psaKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable {
+	for _, a := range k.set.Applicable(rq, evaluate) {
 		a := a
 		out = append(out, Applicable{Kind: psa.KindPodSecurity, Name: a.Info.Level, PodSecurity: &a.Info, Exceptions: a.Exceptions})
 	}

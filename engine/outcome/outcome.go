@@ -5,6 +5,8 @@
 // of the kinds into one decision. It is a leaf of the engine.
 package outcome
 
+import "strings"
+
 // Result words, as in wgpolicyk8s.io PolicyReports.
 const (
 	Pass  = "pass"
@@ -109,22 +111,64 @@ func (r *Result) Exceptions() []string {
 	return nil
 }
 
-// Denial is one reason a request is denied.
-type Denial struct {
-	Text string
-	// Code and Reason are the HTTP status code and reason of the denial
-	// (400 and "" for a Kyverno policy).
-	Code   int32
-	Reason string
-}
-
-// Outcome is what the kinds of a request's evaluation produced, in order.
+// Outcome is what the kinds of a request's evaluation produced, in order:
+// results, warnings, audit annotations and denials. The denials' texts are
+// written into one message (joined by "; "), so a decision's message and
+// its denials share one allocation.
 type Outcome struct {
 	Results  []Result
 	Warnings []string
 	// AuditAnnotations are the audit annotations to record.
 	AuditAnnotations map[string]string
-	Denials          []Denial
+
+	message strings.Builder
+	denials []denial
+	buf     [8]denial
+}
+
+// denial is where a denial's text ends in the message, with its status.
+type denial struct {
+	end    int
+	code   int32
+	reason string
+}
+
+// GrowMessage makes room for n more bytes of denial texts.
+func (o *Outcome) GrowMessage(n int) { o.message.Grow(n) }
+
+// Deny records a denial whose text is the concatenation of parts, with the
+// HTTP status code and reason of a denial (400 and "" for a Kyverno
+// policy; the first denial's are the decision's).
+func (o *Outcome) Deny(code int32, reason string, parts ...string) {
+	if o.denials == nil {
+		o.denials = o.buf[:0]
+	}
+	if len(o.denials) > 0 {
+		o.message.WriteString("; ")
+	}
+	for _, p := range parts {
+		o.message.WriteString(p)
+	}
+	o.denials = append(o.denials, denial{end: o.message.Len(), code: code, reason: reason})
+}
+
+// Denied says whether a denial was recorded.
+func (o *Outcome) Denied() bool { return len(o.denials) > 0 }
+
+// Message returns the denials' texts, the message that joins them, and the
+// first denial's code and reason.
+func (o *Outcome) Message() (texts []string, message string, code int32, reason string) {
+	if len(o.denials) == 0 {
+		return nil, "", 0, ""
+	}
+	message = o.message.String()
+	texts = make([]string, len(o.denials))
+	start := 0
+	for i, d := range o.denials {
+		texts[i] = message[start:d.end]
+		start = d.end + len("; ")
+	}
+	return texts, message, o.denials[0].code, o.denials[0].reason
 }
 
 // Annotate adds audit annotations.

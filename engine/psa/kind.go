@@ -266,7 +266,7 @@ func (s *Set) Evaluate(rq *celeval.Request, out *outcome.Outcome) {
 	out.Warnings = append(out.Warnings, resp.Warnings...)
 	out.Annotate(resp.AuditAnnotations)
 	if !resp.Allowed {
-		out.Denials = append(out.Denials, outcome.Denial{Text: resp.Message, Code: resp.Code, Reason: resp.Reason})
+		out.Deny(resp.Code, resp.Reason, resp.Message)
 	}
 }
 

@@ -214,7 +214,7 @@ func (s *Set) Evaluate(ctx context.Context, req *admission.Request, trace *outco
 	out.Warnings = append(out.Warnings, v.Warnings...)
 	out.Annotate(v.AuditAnnotations)
 	for _, d := range v.Denials {
-		out.Denials = append(out.Denials, outcome.Denial{Text: d.Text(), Code: d.Code, Reason: string(d.Reason)})
+		out.Deny(d.Code, string(d.Reason), d.Text())
 	}
 }
 

@@ -108,59 +108,25 @@ func (s *Set) Evaluate(rq *celeval.Request, out *outcome.Outcome) {
 // applyActions adds the denials and warnings of the results' policies'
 // validationActions.
 func applyActions(out *outcome.Outcome, infos []resultInfo) {
-	// The denials' texts are slices of one string (one allocation for all).
-	size, denials := 0, 0
+	size := 0
 	for i := range infos {
 		if in := &infos[i]; in.actionable() && in.policy.deny {
 			size += len("Policy ") + len(in.policy.Name) + len(" ") + len(in.verb()) + len(": ") + len(in.ruleMessage) + len("; ")
-			denials++
 		}
 	}
-	var texts []string
-	if denials > 0 {
-		var msg strings.Builder
-		msg.Grow(size)
-		ends := make([]int, 0, denials)
-		for i := range infos {
-			if in := &infos[i]; in.actionable() && in.policy.deny {
-				if msg.Len() > 0 {
-					msg.WriteString("; ")
-				}
-				msg.WriteString("Policy ")
-				msg.WriteString(in.policy.Name)
-				msg.WriteString(" ")
-				msg.WriteString(in.verb())
-				msg.WriteString(": ")
-				msg.WriteString(in.ruleMessage)
-				ends = append(ends, msg.Len())
-			}
-		}
-		all := msg.String()
-		texts = make([]string, denials)
-		start := 0
-		for i, end := range ends {
-			texts[i] = all[start:end]
-			start = end + len("; ")
-		}
-		for _, t := range texts {
-			out.Denials = append(out.Denials, outcome.Denial{Text: t, Code: 400})
-		}
+	if size > 0 {
+		out.GrowMessage(size)
 	}
-	k := 0 // denials seen
 	for i := range infos {
 		in := &infos[i]
 		if !in.actionable() {
 			continue
 		}
-		if in.policy.warn {
-			if in.policy.deny {
-				out.Warnings = append(out.Warnings, texts[k])
-			} else {
-				out.Warnings = append(out.Warnings, "Policy "+in.policy.Name+" "+in.verb()+": "+in.ruleMessage)
-			}
-		}
 		if in.policy.deny {
-			k++
+			out.Deny(400, "", "Policy ", in.policy.Name, " ", in.verb(), ": ", in.ruleMessage)
+		}
+		if in.policy.warn {
+			out.Warnings = append(out.Warnings, "Policy "+in.policy.Name+" "+in.verb()+": "+in.ruleMessage)
 		}
 	}
 }

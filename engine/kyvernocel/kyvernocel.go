@@ -41,9 +41,12 @@
 //     ToGVR in both modes (Kyverno's fake provider panics), reads
 //     subresources as the object, and lists objects sorted by namespace and
 //     name (Kyverno: map order).
-//   - globalContextEntries projections use standard JMESPath; Kyverno's
-//     extension functions are unknown there. CRD files are read leniently
-//     (only group, names, scope and versions matter).
+//   - globalContextEntries fieldPath and projections are evaluated with
+//     Kyverno's JMESPath library (github.com/kyverno/go-jmespath) but only
+//     with its standard functions: Kyverno's extension functions (to_upper,
+//     split, time_*...) are unknown there, and sum is the standard one. CRD
+//     files are read leniently (only group, names, scope and versions
+//     matter).
 package kyvernocel
 
 import (

@@ -457,7 +457,7 @@ func ResolveGlobalContextEntry(dir string, e GlobalContextEntryValue) (any, erro
 	}
 	if e.FieldPath != "" {
 		var err error
-		if root, err = jpSearch(e.FieldPath, root); err != nil {
+		if root, err = jmespathSearch(e.FieldPath, root); err != nil {
 			return nil, fmt.Errorf("globalContextEntries %q fieldPath: %w", e.Name, err)
 		}
 	}
@@ -469,7 +469,7 @@ func ResolveGlobalContextEntry(dir string, e GlobalContextEntryValue) (any, erro
 		if p.Name == "" {
 			return nil, fmt.Errorf("globalContextEntries %q projection name must not be empty", e.Name)
 		}
-		v, err := jpSearch(p.Path, root)
+		v, err := jmespathSearch(p.Path, root)
 		if err != nil {
 			return nil, fmt.Errorf("globalContextEntries %q projection %q path %q: %w", e.Name, p.Name, p.Path, err)
 		}

@@ -162,6 +162,11 @@ func TestLoadTestContextErrors(t *testing.T) {
 		name: "globalContextEntries kyverno jmespath function",
 		test: "globalContextEntries:\n- {name: a, data: {x: 1}, fieldPath: 'to_upper(x)'}\n",
 		want: []string{`globalContextEntries "a" fieldPath: `, "unknown function: to_upper"},
+	}, {
+		// Kyverno's JMESPath library: a missing field is an error, not null
+		name: "globalContextEntries fieldPath missing field",
+		test: "globalContextEntries:\n- {name: a, data: {x: 1}, fieldPath: 'spec.items'}\n",
+		want: []string{`globalContextEntries "a" fieldPath: Unknown key "spec" in path`},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			files := map[string]string{"kyverno-test.yaml": tc.test}

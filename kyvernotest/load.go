@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
-	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/kyvernotest/fixtures"
 )
 
 // Suite is a loaded Test: its policies compiled, its resources, payloads
@@ -43,10 +43,10 @@ type Suite struct {
 	http       []*Payload
 	values     *ValuesSpec
 	userInfo   engine.UserInfo
-	context    *kyvernocel.Static
+	context    *fixtures.Static
 	// mapper maps kinds to resources (built-in discovery data and the
 	// clusterResources CRDs).
-	mapper *kyvernocel.Static
+	mapper *fixtures.Static
 }
 
 // Resource is a resource of a test, as the Kyverno CLI loads it: a
@@ -97,7 +97,7 @@ func (s *Suite) path(p string) string {
 func Load(doc *TestDocument) (*Suite, error) {
 	s := &Suite{Doc: doc, Dir: filepath.Clean(filepath.Dir(doc.Path))}
 	t := doc.Test
-	s.mapper = kyvernocel.NewStatic()
+	s.mapper = fixtures.NewStatic()
 	if err := s.loadValues(); err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func Load(doc *TestDocument) (*Suite, error) {
 			objects = append(objects, &unstructured.Unstructured{Object: r.Object})
 		}
 	}
-	ctx, err := kyvernocel.LoadTestContext(doc.Path, kyvernocel.TestContext{
+	ctx, err := fixtures.LoadTestContext(doc.Path, fixtures.TestContext{
 		Context:              t.Context,
 		ClusterResources:     t.ClusterResources,
 		APICallResponses:     t.APICallResponses,
@@ -554,7 +554,7 @@ func (s *Suite) clusterScoped(gvk schema.GroupVersionKind) bool {
 // gvrOf maps a kind to its resource: discovery data and the test's CRDs,
 // else the conventional lower-case plural (as the CLI does offline).
 func (s *Suite) gvrOf(gvk schema.GroupVersionKind) schema.GroupVersionResource {
-	for _, m := range []*kyvernocel.Static{s.context, s.mapper} {
+	for _, m := range []*fixtures.Static{s.context, s.mapper} {
 		if m == nil {
 			continue
 		}

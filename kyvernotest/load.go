@@ -498,7 +498,7 @@ func (s *Suite) loadResources(field string, paths []string, unique bool) ([]*Res
 // a namespaced kind without namespace is put in "default"; numbers become
 // float64.
 func (s *Suite) parseResources(file string, data []byte) ([]*Resource, error) {
-	docs, err := SplitDocuments(data)
+	docs, err := manifest.SplitNonEmptyDocuments(data)
 	if err != nil {
 		return nil, &LoadError{File: file, Err: err}
 	}
@@ -681,7 +681,7 @@ func loadPayload(p string) (map[string]any, error) {
 			return nil, err
 		}
 	case ".yaml", ".yml":
-		docs, err := SplitDocuments(data)
+		docs, err := manifest.SplitNonEmptyDocuments(data)
 		if err != nil {
 			return nil, err
 		}

@@ -9,12 +9,10 @@
 package deploy_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -37,7 +35,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	serializerjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine"
@@ -153,16 +150,12 @@ type manifests struct {
 }
 
 func splitYAML(b []byte) ([][]byte, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	docs, index, err := manifest.SplitDocuments(b)
+	if err != nil {
+		return nil, fmt.Errorf("document %d: %w", index, err)
+	}
 	var out [][]byte
-	for {
-		d, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	for _, d := range docs {
 		var probe map[string]any
 		if err := yaml.Unmarshal(d, &probe); err != nil {
 			return nil, err
@@ -171,6 +164,7 @@ func splitYAML(b []byte) ([][]byte, error) {
 			out = append(out, d)
 		}
 	}
+	return out, nil
 }
 
 // decodeDoc decodes one document by its apiVersion and kind, strictly.

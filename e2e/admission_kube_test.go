@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/internal/certs/certstest"
 	"github.com/arbiter-pdp/arbiter/internal/k8stest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -194,9 +195,13 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 	decisionLog := filepath.Join(t.TempDir(), "decisions.jsonl")
 	primary := startPrimary(t, "--decision-log", decisionLog)
 	var changes []*arbiterv1.Change
-	for _, doc := range strings.Split(admissionPolicies, "\n---\n") {
+	docs, err := manifest.SplitNonEmptyDocuments([]byte(admissionPolicies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range docs {
 		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
 			t.Fatal(err)
 		}
 		changes = append(changes, upsert(obj))

@@ -265,3 +265,19 @@ func TestDecodeJWT(t *testing.T) {
 		}
 	}
 }
+
+// A test file is split by manifest.SplitNonEmptyDocuments: empty documents
+// (blank, comments, separators only) are skipped, and an invalid separator
+// is an error naming the document (Kyverno's splitter silently drops
+// everything from it on).
+func TestParseTestFileDocuments(t *testing.T) {
+	test := "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: %s}\n"
+	docs, err := ParseTestFile("t.yaml", []byte("---\n# comment\n---\n"+fmt.Sprintf(test, "a")+"---\n---\n"+fmt.Sprintf(test, "b")))
+	if err != nil || len(docs) != 2 || docs[1].Test.ObjectMeta.Name != "b" {
+		t.Fatalf("got %d tests, %v", len(docs), err)
+	}
+	_, err = ParseTestFile("t.yaml", []byte(fmt.Sprintf(test, "a")+"---x\n"+fmt.Sprintf(test, "b")))
+	if err == nil || !strings.Contains(err.Error(), "t.yaml") || !strings.Contains(err.Error(), "document 1: invalid Yaml document separator: x") {
+		t.Fatalf("error %v", err)
+	}
+}

@@ -19,9 +19,9 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
-	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
+	"github.com/arbiter-pdp/arbiter/kyvernotest/fixtures"
 )
 
 // Suite is a loaded Test: its policies compiled, its resources, payloads
@@ -46,10 +46,10 @@ type Suite struct {
 	http       []*Payload
 	values     *ValuesSpec
 	userInfo   admission.UserInfo
-	context    *kyvernocel.Static
+	context    *fixtures.Static
 	// mapper maps kinds to resources (built-in discovery data and the
 	// clusterResources CRDs).
-	mapper *kyvernocel.Static
+	mapper *fixtures.Static
 }
 
 // Resource is a resource of a test, as the Kyverno CLI loads it: a
@@ -100,7 +100,7 @@ func (s *Suite) path(p string) string {
 func Load(doc *TestDocument) (*Suite, error) {
 	s := &Suite{Doc: doc, Dir: filepath.Clean(filepath.Dir(doc.Path))}
 	t := doc.Test
-	s.mapper = kyvernocel.NewStatic()
+	s.mapper = fixtures.NewStatic()
 	if err := s.loadValues(); err != nil {
 		return nil, err
 	}
@@ -160,7 +160,7 @@ func Load(doc *TestDocument) (*Suite, error) {
 			objects = append(objects, &unstructured.Unstructured{Object: r.Object})
 		}
 	}
-	ctx, err := kyvernocel.LoadTestContext(doc.Path, kyvernocel.TestContext{
+	ctx, err := fixtures.LoadTestContext(doc.Path, fixtures.TestContext{
 		Context:              t.Context,
 		ClusterResources:     t.ClusterResources,
 		APICallResponses:     t.APICallResponses,
@@ -503,7 +503,7 @@ func (s *Suite) loadResources(field string, paths []string, unique bool) ([]*Res
 // a namespaced kind without namespace is put in "default"; numbers become
 // float64.
 func (s *Suite) parseResources(file string, data []byte) ([]*Resource, error) {
-	docs, err := SplitDocuments(data)
+	docs, err := manifest.SplitNonEmptyDocuments(data)
 	if err != nil {
 		return nil, &LoadError{File: file, Err: err}
 	}
@@ -559,7 +559,7 @@ func (s *Suite) clusterScoped(gvk schema.GroupVersionKind) bool {
 // gvrOf maps a kind to its resource: discovery data and the test's CRDs,
 // else the conventional lower-case plural (as the CLI does offline).
 func (s *Suite) gvrOf(gvk schema.GroupVersionKind) schema.GroupVersionResource {
-	for _, m := range []*kyvernocel.Static{s.context, s.mapper} {
+	for _, m := range []*fixtures.Static{s.context, s.mapper} {
 		if m == nil {
 			continue
 		}
@@ -686,7 +686,7 @@ func loadPayload(p string) (map[string]any, error) {
 			return nil, err
 		}
 	case ".yaml", ".yml":
-		docs, err := SplitDocuments(data)
+		docs, err := manifest.SplitNonEmptyDocuments(data)
 		if err != nil {
 			return nil, err
 		}

@@ -1,18 +1,16 @@
 package kyvernotest
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"reflect"
 	"strings"
 
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // LoadError is a test suite that cannot be loaded. It names the file, the
@@ -65,43 +63,13 @@ func (d *TestDocument) Ref() string {
 	return fmt.Sprintf("Test #%d", d.Index)
 }
 
-// SplitDocuments splits YAML into its non-empty documents, as Kyverno does
-// (documents holding only comments and blank lines are dropped).
-func SplitDocuments(data []byte) ([][]byte, error) {
-	var docs [][]byte
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		b, err := reader.Read()
-		if errors.Is(err, io.EOF) || len(b) == 0 {
-			break
-		}
-		if err != nil {
-			return docs, fmt.Errorf("unable to read yaml: %w", err)
-		}
-		if !isEmptyDocument(b) {
-			docs = append(docs, b)
-		}
-	}
-	return docs, nil
-}
-
-func isEmptyDocument(doc []byte) bool {
-	for _, line := range strings.Split(string(doc), "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") && line != "---" {
-			return false
-		}
-	}
-	return true
-}
-
 // ParseTestFile decodes every Test of a test file. Decoding is strict: an
 // unknown or duplicate field is an error; so is the deprecated schema (no
 // apiVersion or kind, or the top-level `name`), which Kyverno refuses too.
 // Results must name a policy and use a PolicyReport result word; an
 // operation must be CREATE, UPDATE or DELETE.
 func ParseTestFile(file string, data []byte) ([]*TestDocument, error) {
-	raw, err := SplitDocuments(data)
+	raw, err := manifest.SplitNonEmptyDocuments(data)
 	if err != nil {
 		return nil, &LoadError{File: file, Err: err}
 	}

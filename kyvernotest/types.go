@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
+	"github.com/arbiter-pdp/arbiter/kyvernotest/fixtures"
 )
 
 // DefaultFileName is the name of the test files a folder is searched for.
@@ -48,8 +48,8 @@ type Test struct {
 	Context          string       `json:"context,omitempty"`
 	ClusterResources []string     `json:"clusterResources,omitempty"`
 
-	APICallResponses     []kyvernocel.APICallResponseEntry    `json:"apiCallResponses,omitempty"`
-	GlobalContextEntries []kyvernocel.GlobalContextEntryValue `json:"globalContextEntries,omitempty"`
+	APICallResponses     []fixtures.APICallResponseEntry    `json:"apiCallResponses,omitempty"`
+	GlobalContextEntries []fixtures.GlobalContextEntryValue `json:"globalContextEntries,omitempty"`
 }
 
 // TestResult is one expected result of a Test.

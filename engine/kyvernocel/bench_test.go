@@ -2,8 +2,6 @@ package kyvernocel
 
 import (
 	"testing"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 func benchProgram(b *testing.B, expr string) func(map[string]any) {
@@ -24,10 +22,9 @@ func benchProgram(b *testing.B, expr string) func(map[string]any) {
 }
 
 func BenchmarkBind(b *testing.B) {
-	s := NewStatic()
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = Bind(s, "")
+		_ = Bind(Offline, "")
 	}
 }
 
@@ -45,21 +42,6 @@ func BenchmarkImageRegistryExpr(b *testing.B) {
 	act := map[string]any{"object": map[string]any{"spec": map[string]any{"containers": []any{
 		map[string]any{"image": "ghcr.io/a/b:1"}, map[string]any{"image": "ghcr.io/c/d@sha256:0123456789012345678901234567890123456789012345678901234567890123"},
 	}}}}
-	b.ReportAllocs()
-	for b.Loop() {
-		eval(act)
-	}
-}
-
-func BenchmarkResourceGetStatic(b *testing.B) {
-	s := NewStatic()
-	if err := s.AddObject(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "cm", "namespace": "ns"}, "data": map[string]any{"k": "v"}}}); err != nil {
-		b.Fatal(err)
-	}
-	eval := benchProgram(b, `resource.get("v1", "configmaps", "ns", "cm").data.k == "v"`)
-	act := Bind(s, "")
-	act["object"] = map[string]any{}
 	b.ReportAllocs()
 	for b.Loop() {
 		eval(act)

@@ -227,7 +227,7 @@ func (offlineHTTP) Post(context.Context, string, any, map[string]string) (any, e
 }
 
 func (o offlineHTTP) Client(_ context.Context, caBundle string) (HTTPContext, error) {
-	if err := checkCABundle(caBundle); err != nil {
+	if err := CheckCABundle(caBundle); err != nil {
 		return nil, err
 	}
 	return o, nil

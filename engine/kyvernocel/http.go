@@ -151,10 +151,10 @@ func httpClient(request, caBundle ref.Val) ref.Val {
 	return &httpValue{ctx: h.ctx, c: c}
 }
 
-// checkCABundle validates a CA bundle as Kyverno's http.Client does: an
+// CheckCABundle validates a CA bundle as Kyverno's http.Client does: an
 // empty bundle is fine (the default trust store), anything else must hold at
 // least one PEM certificate.
-func checkCABundle(caBundle string) error {
+func CheckCABundle(caBundle string) error {
 	if caBundle == "" {
 		return nil
 	}

@@ -15,16 +15,16 @@
 // evaluation instead: see Bind. The stateless "json" and "yaml" objects are
 // declared as constants and need no binding.
 //
-// Contexts: Offline (every call fails, naming what is unavailable) and Static
-// (in-memory data loaded from Kyverno CLI test inputs: LoadTestContext,
-// LoadContextFile, LoadClusterResourceFile, AddAPICallResponses,
-// ResolveGlobalContextEntry). A server with cluster access implements Context
-// itself.
+// Contexts: Offline (every call fails, naming what is unavailable), and any
+// implementation of Context: a server with cluster access implements it
+// itself; the fixtures of `kyverno test` (context files, clusterResources,
+// apiCallResponses, globalContextEntries) are served by
+// kyvernotest/fixtures.Static, which is test-runner loading, not evaluation.
 //
 // Verified against Kyverno's own library code (testdata/differential, ~490
-// expressions, error texts included), its CLI suites (testdata/suites) and
-// its end-to-end cases (testdata/chainsaw). Deliberate differences from
-// Kyverno 1.19.1:
+// expressions, error texts included); kyvernotest/fixtures runs Kyverno's CLI
+// suites and end-to-end cases that use the libraries. Deliberate differences
+// from Kyverno 1.19.1:
 //
 //   - http.Client(ca).Get/Post work; in Kyverno the value http.Client returns
 //     is refused by its own overloads at run time ("no such overload").
@@ -34,16 +34,6 @@
 //   - listObjToMap with elements that are not maps, and random() with a
 //     pattern matching nothing, return errors where Kyverno panics (which
 //     cel-go reports as "internal error: ...").
-//   - Static never reaches a network or registry: an HTTP call without a mock
-//     fails (Kyverno's CLI makes the real call). It serves the context file,
-//     mocks and global context entries in cluster mode too (Kyverno's CLI
-//     ignores them for CEL policies when a test has clusterResources), maps
-//     ToGVR in both modes (Kyverno's fake provider panics), reads
-//     subresources as the object, and lists objects sorted by namespace and
-//     name (Kyverno: map order).
-//   - globalContextEntries projections use standard JMESPath; Kyverno's
-//     extension functions are unknown there. CRD files are read leniently
-//     (only group, names, scope and versions matter).
 package kyvernocel
 
 import (

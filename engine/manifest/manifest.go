@@ -178,7 +178,7 @@ func readFile(stdin io.Reader, f string) ([]byte, error) {
 func Parse(file string, data []byte) ([]*Document, error) {
 	// Split first (cheap), then decode the documents in parallel: YAML
 	// decoding dominates the cost of large inputs (helm template output).
-	raws, index, err := splitDocuments(data)
+	raws, index, err := SplitDocuments(data)
 	if err != nil {
 		return nil, &Error{File: file, Index: index, Err: err}
 	}
@@ -305,7 +305,7 @@ func ReadPathsJSON(stdin io.Reader, paths ...string) ([]*RawDocument, error) {
 // ParseJSON is Parse giving plain YAML documents as JSON (see
 // ReadPathsJSON).
 func ParseJSON(file string, data []byte) ([]*RawDocument, error) {
-	raws, index, err := splitDocuments(data)
+	raws, index, err := SplitDocuments(data)
 	if err != nil {
 		return nil, &Error{File: file, Index: index, Err: err}
 	}
@@ -341,10 +341,13 @@ func parseJSONDocument(file string, index int, raw []byte) ([]*RawDocument, erro
 	return docs, nil
 }
 
-// splitDocuments splits a YAML stream at its "---" lines as Kubernetes'
-// YAMLReader does (FuzzSplitDocuments compares them); on an error, index
-// is the number of the document it is in.
-func splitDocuments(data []byte) (docs [][]byte, index int, err error) {
+// SplitDocuments splits a YAML stream at its "---" lines as Kubernetes'
+// YAMLReader does (FuzzSplitDocuments compares them), empty documents
+// included; on an error (a separator followed by anything but a comment),
+// index is the number of the document it is in. It is Arbiter's one YAML
+// document splitter: Parse, ParseJSON, the `arbiter test` loaders and the
+// tests use it (SplitNonEmptyDocuments drops the empty documents).
+func SplitDocuments(data []byte) (docs [][]byte, index int, err error) {
 	if bytes.IndexByte(data, '\r') >= 0 {
 		// YAMLReader drops the \r of \r\n line ends: let it.
 		return splitDocumentsReader(data)
@@ -374,7 +377,48 @@ func splitDocuments(data []byte) (docs [][]byte, index int, err error) {
 	return docs, 0, nil
 }
 
-// splitDocumentsReader is splitDocuments by Kubernetes' YAMLReader.
+// SplitNonEmptyDocuments is SplitDocuments without the documents that hold
+// only blank lines, comments and separators (IsEmptyDocument), as Kyverno's
+// CLI reads a multi-document file. An error names the document it is in.
+// (Kyverno's own splitter stops silently at an invalid separator, dropping
+// what follows; this one says so.)
+func SplitNonEmptyDocuments(data []byte) ([][]byte, error) {
+	docs, index, err := SplitDocuments(data)
+	if err != nil {
+		return nil, fmt.Errorf("document %d: %w", index, err)
+	}
+	out := docs[:0]
+	for _, d := range docs {
+		if !IsEmptyDocument(d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// IsEmptyDocument reports whether doc holds nothing but blank lines,
+// comments and document separators ("---", optionally followed by a
+// comment), which a YAML document may begin with.
+func IsEmptyDocument(doc []byte) bool {
+	for len(doc) > 0 {
+		line := doc
+		if i := bytes.IndexByte(doc, '\n'); i >= 0 {
+			line, doc = doc[:i], doc[i+1:]
+		} else {
+			doc = nil
+		}
+		line = bytes.TrimSpace(line)
+		if rest, ok := bytes.CutPrefix(line, []byte("---")); ok {
+			line = bytes.TrimSpace(rest)
+		}
+		if len(line) > 0 && line[0] != '#' {
+			return false
+		}
+	}
+	return true
+}
+
+// splitDocumentsReader is SplitDocuments by Kubernetes' YAMLReader.
 func splitDocumentsReader(data []byte) (docs [][]byte, index int, err error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for index := 1; ; index++ {

@@ -263,7 +263,7 @@ func BenchmarkDecodeYAML(b *testing.B) {
 	})
 }
 
-// FuzzSplitDocuments compares splitDocuments with Kubernetes' YAMLReader:
+// FuzzSplitDocuments compares SplitDocuments with Kubernetes' YAMLReader:
 // the same documents (the reader ends the last line with a newline) and
 // the same errors.
 func FuzzSplitDocuments(f *testing.F) {
@@ -275,11 +275,11 @@ func FuzzSplitDocuments(f *testing.F) {
 			// YAMLReader loses a last line without a newline whose length
 			// is a multiple of its 4,096-byte buffer (bufio's ReadLine
 			// gives its end as io.EOF with no bytes, and YAMLReader drops
-			// the line read with io.EOF); splitDocuments keeps it
+			// the line read with io.EOF); SplitDocuments keeps it
 			// (TestSplitDocumentsKeepsLongLastLine).
 			return
 		}
-		got, gi, gerr := splitDocuments(data)
+		got, gi, gerr := SplitDocuments(data)
 		want, wi, werr := splitDocumentsReader(data)
 		if (gerr == nil) != (werr == nil) || gerr != nil && (gerr.Error() != werr.Error() || gi != wi) {
 			t.Fatalf("%q: error %v at %d, YAMLReader %v at %d", data, gerr, gi, werr, wi)
@@ -313,11 +313,70 @@ func TestSplitDocumentsKeepsLongLastLine(t *testing.T) {
 	if !dropsLastLine(data) {
 		t.Fatal("the case is not the one YAMLReader drops")
 	}
-	docs, _, err := splitDocuments(data)
+	docs, _, err := SplitDocuments(data)
 	if err != nil || len(docs) != 2 || !bytes.HasPrefix(docs[1], []byte("b: xxx")) {
 		t.Fatalf("got %d documents, %v", len(docs), err)
 	}
 	if want, _, _ := splitDocumentsReader(data); len(want) != 1 {
 		t.Fatalf("YAMLReader gave %d documents: it no longer drops the line, drop dropsLastLine", len(want))
+	}
+}
+
+// SplitNonEmptyDocuments drops what Kyverno's CLI drops (blank and comment
+// lines), and separator lines too (a document YAMLReader starts with "---"
+// when separators follow one another), and names the document of an error.
+func TestSplitNonEmptyDocuments(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		err  string
+	}{
+		{in: "", want: nil},
+		{in: "a: 1\n", want: []string{"a: 1\n"}},
+		{in: "---\na: 1\n---\n\n# only a comment\n---\n---\nb: 2", want: []string{"---\na: 1\n", "---\nb: 2"}},
+		{in: "a: 1\n---\n---\n", want: []string{"a: 1\n"}},
+		{in: "--- # c\n---\n  \n", want: nil},
+		{in: "a\r\n---\r\n# x\r\n---\r\nb\r\n", want: []string{"a\n", "b\n"}},
+		{in: "a: 1\n---\nb: 2\n---x\nc: 3\n", err: "document 2: invalid Yaml document separator: x"},
+	} {
+		got, err := SplitNonEmptyDocuments([]byte(tc.in))
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.in, err)
+			continue
+		}
+		var gs []string
+		for _, d := range got {
+			gs = append(gs, string(d))
+		}
+		if !reflect.DeepEqual(gs, tc.want) {
+			t.Errorf("%q: %q, want %q", tc.in, gs, tc.want)
+		}
+	}
+}
+
+func TestIsEmptyDocument(t *testing.T) {
+	for in, want := range map[string]bool{
+		"":                      true,
+		"\n  \n":                true,
+		"# a\n  # b\n":          true,
+		"---\n":                 true,
+		"--- # c\n# d":          true,
+		"---\na: 1\n":           false,
+		"a: 1":                  false,
+		"  x\n":                 false,
+		"# a\n---\n- 1\n":       false,
+		"--- |\n  text\n":       false,
+		"key: |\n  ---\n":       false,
+		"\t# tab comment\n\t\n": true,
+	} {
+		if got := IsEmptyDocument([]byte(in)); got != want {
+			t.Errorf("IsEmptyDocument(%q) = %v, want %v", in, got, want)
+		}
 	}
 }

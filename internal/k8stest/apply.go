@@ -1,7 +1,6 @@
 package k8stest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -19,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
+
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Client is a dynamic client that creates, updates and deletes objects
@@ -111,7 +112,9 @@ func ReadObjects(paths ...string) ([]map[string]any, error) {
 		}
 		docs := [][]byte{b}
 		if !strings.HasSuffix(p, ".json") {
-			docs = bytes.Split(b, []byte("\n---"))
+			if docs, err = manifest.SplitNonEmptyDocuments(b); err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
 		}
 		for _, d := range docs {
 			var m map[string]any

@@ -290,20 +290,3 @@ func (m *Matcher) IndexNames() (names []string, wildcard bool) {
 	}
 	return names, wildcard
 }
-
-// MetadataStrings returns the string entries of metadata.<key> (labels,
-// annotations) of an object, or nil when there are none.
-func MetadataStrings(content map[string]any, key string) map[string]string {
-	md, _ := content["metadata"].(map[string]any)
-	m, _ := md[key].(map[string]any)
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		if s, ok := v.(string); ok {
-			out[k] = s
-		}
-	}
-	return out
-}

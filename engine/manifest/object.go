@@ -112,15 +112,17 @@ func (o *Object) Ref() string {
 
 // Labels returns metadata.labels.
 func (o *Object) Labels() map[string]string {
-	return metadataStrings(o.Content, "labels")
+	return MetadataStrings(o.Content, "labels")
 }
 
 // Annotations returns metadata.annotations.
 func (o *Object) Annotations() map[string]string {
-	return metadataStrings(o.Content, "annotations")
+	return MetadataStrings(o.Content, "annotations")
 }
 
-func metadataStrings(content map[string]any, key string) map[string]string {
+// MetadataStrings returns the string entries of metadata.<key> (labels,
+// annotations) of an object, or nil when there are none.
+func MetadataStrings(content map[string]any, key string) map[string]string {
 	md, _ := content["metadata"].(map[string]any)
 	m, _ := md[key].(map[string]any)
 	if len(m) == 0 {

@@ -26,6 +26,7 @@ type Trace struct {
 // Trace step phases.
 const (
 	PhaseMatch                   = "matchConstraints"
+	PhaseBindingMatch            = "binding.matchResources"
 	PhaseExceptionCondition      = "exception.matchCondition"
 	PhaseExceptionControl        = "exception.control"
 	PhaseExceptionControlMessage = "exception.control.message"

@@ -7,9 +7,9 @@ import (
 
 	"k8s.io/pod-security-admission/api"
 
-	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Pod Security levels as policies of the inventory (QueryService
@@ -146,7 +146,7 @@ func (s *Set) computeInfos() []Info {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		labels := admission.MetadataStrings(s.namespaces[name], "labels")
+		labels := manifest.MetadataStrings(s.namespaces[name], "labels")
 		if st.object == nil && !HasLabels(labels) {
 			continue
 		}

@@ -174,11 +174,11 @@ func (s *Set) newInput(req *admission.Request, ns map[string]any) *input {
 	}
 	var labels map[string]string
 	if ns != nil && req.Namespace != "" {
-		labels = admission.MetadataStrings(ns, "labels")
+		labels = manifest.MetadataStrings(ns, "labels")
 	}
 	if s.object == nil {
 		if gr == namespacesResource {
-			if !HasLabels(admission.MetadataStrings(req.Object, "labels")) && !HasLabels(admission.MetadataStrings(req.OldObject, "labels")) {
+			if !HasLabels(manifest.MetadataStrings(req.Object, "labels")) && !HasLabels(manifest.MetadataStrings(req.OldObject, "labels")) {
 				return nil
 			}
 		} else if !HasLabels(labels) {

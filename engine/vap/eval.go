@@ -29,6 +29,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/library"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
 )
 
 // Decision actions and evaluations (the validating plugin's words).
@@ -435,11 +436,11 @@ func (p *Policy) pass(rq *evalRequest, results []plugincel.CompilationResult, in
 			}
 			comp.cost += cost
 			if err != nil {
-				rq.note(Step{Phase: PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Err: err.Error()})
+				rq.note(Step{Phase: outcome.PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Err: err.Error()})
 				return celtypes.NewErr("composited variable %q fails to evaluate: %v", v.name, err)
 			}
 			if rq.traceOn() {
-				rq.note(Step{Phase: PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Value: val})
+				rq.note(Step{Phase: outcome.PhaseVariable, Name: v.name, Expression: v.result.ExpressionAccessor.GetExpression(), Value: val})
 			}
 			return val
 		})
@@ -533,13 +534,13 @@ func (p *Policy) validate(rq *evalRequest, gvr schema.GroupVersionResource, gvk 
 		results, _, err := p.pass(rq, p.matchConditions, passInputs{gvr: rq.gvr, gvk: gvk, param: param, authorizer: true, namespace: namespaceNull},
 			celconfig.RuntimeCELCostBudgetMatchConditions)
 		if err != nil {
-			rq.note(Step{Phase: PhaseMatchCondition, Err: err.Error()})
+			rq.note(Step{Phase: outcome.PhaseMatchCondition, Err: err.Error()})
 			if p.failurePolicy == admissionregistrationv1.Ignore {
 				return validateResult{skipped: true}
 			}
 			return p.errorResult(err.Error())
 		}
-		rq.traceResults(PhaseMatchCondition, p.matchConditionName, p.matchConditions, results)
+		rq.traceResults(outcome.PhaseMatchCondition, p.matchConditionName, p.matchConditions, results)
 		var errs []error
 		for _, r := range results {
 			if r.err != nil {
@@ -567,10 +568,10 @@ func (p *Policy) validate(rq *evalRequest, gvr schema.GroupVersionResource, gvk 
 	if err != nil {
 		return p.errorResult(err.Error())
 	}
-	rq.traceResults(PhaseValidation, indexName, conds, evals)
+	rq.traceResults(outcome.PhaseValidation, indexName, conds, evals)
 	messages, _, msgErr := p.pass(rq, msgs, passInputs{gvr: gvr, gvk: gvk, param: param, namespace: namespaceRestricted}, remaining)
 	if messages != nil {
-		rq.traceResults(PhaseMessageExpression, indexName, msgs, messages)
+		rq.traceResults(outcome.PhaseMessageExpression, indexName, msgs, messages)
 	}
 	decisions := make([]decision, len(evals))
 	for i, ev := range evals {
@@ -598,7 +599,7 @@ func (p *Policy) validate(rq *evalRequest, gvr schema.GroupVersionResource, gvk 
 	if err != nil {
 		return p.errorResult(err.Error())
 	}
-	rq.traceResults(PhaseAuditAnnotation, func(i int) string { return p.auditAnnotations[i].key }, auditExprs, annotations)
+	rq.traceResults(outcome.PhaseAuditAnnotation, func(i int) string { return p.auditAnnotations[i].key }, auditExprs, annotations)
 	audits := make([]auditResult, len(annotations))
 	for i, ev := range annotations {
 		if !ev.compiled {

@@ -168,35 +168,7 @@ func labelsMatch(sel labels.Selector, obj map[string]any) bool {
 	if obj == nil {
 		return false
 	}
-	return sel.Matches(objectLabels(obj))
-}
-
-// objectLabels adapts metadata.labels to labels.Labels without copying.
-type objectLabels map[string]any
-
-func (o objectLabels) labels() map[string]any {
-	md, _ := map[string]any(o)["metadata"].(map[string]any)
-	l, _ := md["labels"].(map[string]any)
-	return l
-}
-
-func (o objectLabels) Has(label string) bool {
-	_, ok := o.labels()[label]
-	return ok
-}
-
-func (o objectLabels) Get(label string) string {
-	s, _ := o.labels()[label].(string)
-	return s
-}
-
-func (o objectLabels) Lookup(label string) (string, bool) {
-	v, ok := o.labels()[label]
-	if !ok {
-		return "", false
-	}
-	s, _ := v.(string)
-	return s, true
+	return sel.Matches(admission.ObjectLabels(obj))
 }
 
 // matchNamespace is the namespace selector check: cluster-scoped requests
@@ -208,9 +180,9 @@ func (rq *evalRequest) matchNamespace(sel labels.Selector) bool {
 		return true
 	}
 	if rq.gvr.Resource == "namespaces" && r.SubResource == "" && (r.Operation == admission.OpCreate || r.Operation == admission.OpUpdate) {
-		return sel.Matches(objectLabels(r.Object))
+		return sel.Matches(admission.ObjectLabels(r.Object))
 	}
-	return sel.Matches(objectLabels(rq.namespaceContent()))
+	return sel.Matches(admission.ObjectLabels(rq.namespaceContent()))
 }
 
 // equivalent is a resource served under another group or version, with its kind.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
 )
 
 // Param is a param object: an object of a kind some policy's paramKind names.
@@ -37,7 +38,7 @@ func (p *Param) Key() string {
 	return p.Name
 }
 
-func (p *Param) labels() labels.Labels { return objectLabels(p.Content) }
+func (p *Param) labels() labels.Labels { return admission.ObjectLabels(p.Content) }
 
 // Options tune a Set.
 type Options struct {
@@ -328,7 +329,7 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 		}
 		if rq.traceOn() {
 			rq.tracePolicy, rq.traceBinding, rq.traceParam = p.Name, "", ""
-			rq.note(Step{Phase: PhaseMatch, Note: "matched the policy's matchConstraints as " + gvk.GroupVersion().String() + " " + gvk.Kind})
+			rq.note(Step{Phase: outcome.PhaseMatch, Note: "matched the policy's matchConstraints as " + gvk.GroupVersion().String() + " " + gvk.Kind})
 		}
 		collector := map[string][]string{}
 		var keys []string
@@ -336,7 +337,7 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 			rq.traceBinding, rq.traceParam = b.Name, ""
 			if b.match != nil {
 				if ok, _, _ := b.match.matches(rq); !ok {
-					rq.note(Step{Phase: PhaseBindingMatch, Note: "the binding's matchResources do not match: not evaluated"})
+					rq.note(Step{Phase: outcome.PhaseBindingMatch, Note: "the binding's matchResources do not match: not evaluated"})
 					continue
 				}
 			}
@@ -362,7 +363,7 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 				}
 				vr := p.validate(rq, gvr, gvk, param)
 				if vr.skipped {
-					rq.note(Step{Phase: PhaseResult, Note: "skipped: a matchCondition is false (or failed with failurePolicy Ignore)"})
+					rq.note(Step{Phase: outcome.PhaseResult, Note: "skipped: a matchCondition is false (or failed with failurePolicy Ignore)"})
 					continue
 				}
 				evaluated = true
@@ -433,7 +434,7 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 				if res.Result == ResultFail || res.Result == ResultError {
 					note += " (validationActions " + strings.Join(res.Actions, ", ") + ")"
 				}
-				rq.note(Step{Phase: PhaseResult, Note: note})
+				rq.note(Step{Phase: outcome.PhaseResult, Note: note})
 			}
 			out.Results = append(out.Results, res)
 		}

@@ -7,20 +7,8 @@ import (
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 )
 
-// Trace phases, as engine.Trace words them.
-const (
-	PhaseMatch             = "matchConstraints"
-	PhaseBindingMatch      = "binding.matchResources"
-	PhaseMatchCondition    = "matchCondition"
-	PhaseVariable          = "variable"
-	PhaseValidation        = "validation"
-	PhaseMessageExpression = "messageExpression"
-	PhaseAuditAnnotation   = "auditAnnotation"
-	PhaseResult            = "result"
-)
-
-// Step is one expression evaluated (Value or Err) or one note, for
-// Request.Trace.
+// Step is one expression evaluated (Value or Err) or one note, for the
+// trace of Decide (its Phase is one of outcome's Phase words).
 type Step struct {
 	Policy, Binding, Param string
 	Phase, Name            string

@@ -24,8 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/common"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/apiserver/pkg/cel/library"
+	"k8s.io/apiserver/pkg/cel/mutation"
 
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 )
@@ -74,6 +76,11 @@ func buildRequestType() *apiservercel.DeclType {
 type Env struct {
 	cluster, namespaced                   Pair
 	clusterException, namespacedException Pair
+	// mutating are the environments of mutating policies (cluster,
+	// namespaced), built on first use.
+	mutatingOnce [2]sync.Once
+	mutating     [2]Pair
+	mutatingErr  [2]error
 }
 
 // Pair is one environment in two builds with identical declarations and
@@ -309,6 +316,40 @@ func (e *Env) Exception(namespaced bool) Pair {
 	return e.clusterException
 }
 
+// Mutating returns the base environment of mutating policies: the policy
+// environment with the mutation types — `Object` and its typed
+// constructors (`Object{spec: Object.spec{...}}`), `JSONPatch{op, path,
+// from, value}` — and jsonpatch.escapeKey, as Kyverno's MutatingPolicy
+// compiler declares them (in every expression of the policy).
+func (e *Env) Mutating(namespaced bool) (Pair, error) {
+	i := 0
+	if namespaced {
+		i = 1
+	}
+	e.mutatingOnce[i].Do(func() {
+		base := e.Base(namespaced)
+		extend := func(env *cel.Env) (*cel.Env, error) {
+			return env.Extend(
+				cel.Types(types.NewObjectType(ApplyConfigurationTypeName), types.NewObjectType(mutation.JSONPatchTypeName)),
+				common.ResolverEnvOption(&mutation.DynamicTypeResolver{}),
+				library.JSONPatch(),
+			)
+		}
+		var p Pair
+		if p.Tracked, e.mutatingErr[i] = extend(base.Tracked); e.mutatingErr[i] != nil {
+			return
+		}
+		if p.Fast, e.mutatingErr[i] = extend(base.Fast); e.mutatingErr[i] != nil {
+			return
+		}
+		e.mutating[i] = p
+	})
+	return e.mutating[i], e.mutatingErr[i]
+}
+
+// ApplyConfigurationTypeName is the CEL type of an apply configuration.
+const ApplyConfigurationTypeName = "Object"
+
 // PolicyEnv is the environment of one policy: the base environment pair
 // whose `variables` object has a field for each variable declared so far.
 type PolicyEnv struct {
@@ -318,7 +359,19 @@ type PolicyEnv struct {
 
 // ForPolicy returns a fresh policy environment.
 func (e *Env) ForPolicy(namespaced bool) (*PolicyEnv, error) {
-	base := e.Base(namespaced)
+	return forPolicy(e.Base(namespaced))
+}
+
+// ForMutatingPolicy returns a fresh mutating policy environment.
+func (e *Env) ForMutatingPolicy(namespaced bool) (*PolicyEnv, error) {
+	base, err := e.Mutating(namespaced)
+	if err != nil {
+		return nil, fmt.Errorf("building the mutating policy environment: %w", err)
+	}
+	return forPolicy(base)
+}
+
+func forPolicy(base Pair) (*PolicyEnv, error) {
 	fields := &variableFields{m: map[string]*types.Type{}}
 	extend := func(env *cel.Env) (*cel.Env, error) {
 		vp := &variablesProvider{inner: env.CELTypeProvider(), adapter: env.CELTypeAdapter(), fields: fields}

@@ -249,10 +249,7 @@ func Open(path string, opts Options) (*Store, error) {
 		InitialMmapSize: 64 << 20, // fewer remaps, so readers rarely block the writer
 	})
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("store: open %s: file is locked by another process (waited %v): %w", path, timeout, err)
-		}
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, openError(path, timeout, err)
 	}
 	s := &Store{db: db, path: path, keep: keep, hasher: newElemHasher()}
 	var m meta

@@ -110,3 +110,15 @@ func TestOnlyTheStoreImportsBbolt(t *testing.T) {
 		}
 	}
 }
+
+// TestKubesourceDependsOnAnInterface: the Kubernetes source writes through
+// the interfaces it declares (kubesource.Primary, kubesource.Replica), which
+// *server.Server satisfies; it does not link the server (its tests may, to
+// run a real one).
+func TestKubesourceDependsOnAnInterface(t *testing.T) {
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./kubesource") {
+		if dep == module+"/server" || strings.HasPrefix(dep, module+"/server/") {
+			t.Errorf("kubesource links %s", dep)
+		}
+	}
+}

@@ -274,14 +274,12 @@ func Open(path string, opts Options) (*Store, error) {
 		return err
 	})
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, fmt.Errorf("store: open %s: %w", path, errors.Join(err, db.Close()))
 	}
 	s.cur.Store(&state{Status: m.status(), sum: m.sum, next: make(chan struct{})})
 	if opts.VerifyOnOpen {
 		if err := s.Verify(context.Background()); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("store: open %s: %w", path, err)
+			return nil, fmt.Errorf("store: open %s: %w", path, errors.Join(err, db.Close()))
 		}
 	}
 	return s, nil

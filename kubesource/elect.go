@@ -73,11 +73,11 @@ func Floor(leaseTransitions int32, current uint64) uint64 {
 // *server.Snapshot).
 type Replica[S Snapshot] interface {
 	Primary[S]
-	roles
+	Roles
 }
 
-// roles are the methods of a Replica that switch and report its role.
-type roles interface {
+// Roles are the methods of a Replica that switch and report its role.
+type Roles interface {
 	// Store is the replica's store: a new term's floor is computed from
 	// its revision.
 	Store() *store.Store
@@ -133,7 +133,7 @@ func RunHA[S Snapshot](ctx context.Context, srv Replica[S], cfg HAConfig) error 
 }
 
 type ha struct {
-	srv    roles
+	srv    Roles
 	target target // srv, as the source writes to it
 	cfg    HAConfig
 	leases coordinationv1client.CoordinationV1Interface

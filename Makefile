@@ -4,12 +4,13 @@ BIN     ?= bin/arbiter
 LISTEN  ?= 127.0.0.1:50051
 DATA    ?= data
 BUF     := $(GO) tool -modfile=tools/go.mod buf
+GOLANGCI_LINT := $(GO) tool -modfile=tools/go.mod golangci-lint
 # make test's short fuzz runs (~10 s each on 2 cores).
 FUZZ_PARSE_EXECS ?= 80000x
 FUZZ_JSON_EXECS  ?= 200000x
 FUZZ_YAML_EXECS  ?= 100000x
 
-.PHONY: all build run test test-short test-k8s bench proto proto-check lint fuzz conformance clean loadtest hostile fuzz-server
+.PHONY: all build run test test-short test-k8s bench proto proto-check lint lint-pending fuzz conformance clean loadtest hostile fuzz-server
 
 all: build
 
@@ -20,11 +21,11 @@ build:
 run: build
 	$(BIN) serve --listen $(LISTEN) --data $(DATA) --load deploy/examples --log-format text
 
-# Every test: unit, golden, end-to-end (real processes, real bbolt files, real
-# gRPC on loopback), a short fuzz of the manifest loader, the proto check, and
-# the tests against a real kube-apiserver (test-k8s) when ../shared/k8s is there.
-test: proto-check
-	$(GO) vet ./...
+# Every test: the lint (vet, buf, gofmt, golangci-lint), unit, golden,
+# end-to-end (real processes, real bbolt files, real gRPC on loopback), a
+# short fuzz of the manifest loader, the proto check, and the tests against
+# a real kube-apiserver (test-k8s) when ../shared/k8s is there.
+test: proto-check lint
 	$(GO) test -race -count=1 ./...
 	# The ValidatingAdmissionPolicy cases that exhaust the CEL cost budget,
 	# skipped under -race (too slow there).
@@ -94,10 +95,21 @@ proto-check:
 		echo "generated code is out of date: run make proto and commit"; exit 1; fi; \
 	rm -rf $$tmp
 
+# golangci-lint (pinned in tools/go.mod, configured in .golangci.yml): the
+# package boundaries (depguard), staticcheck, errcheck, govet, ineffassign,
+# unused and goimports. The first run builds it (~6 min on 2 cores, then cached).
 lint:
 	$(GO) vet ./...
 	$(BUF) lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+	$(GOLANGCI_LINT) run ./...
+
+# The findings that .golangci.yml's temporary "pending" block still excludes
+# (packages being restructured in other branches): the list to fix, then
+# delete the block.
+lint-pending:
+	@tmp=$$(mktemp -d); sed '/BEGIN pending/,/END pending/d' .golangci.yml > $$tmp/golangci.yml; \
+	$(GOLANGCI_LINT) run -c $$tmp/golangci.yml ./...; rc=$$?; rm -rf $$tmp; exit $$rc
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz 'FuzzParse$$' -fuzztime 500000x ./engine/manifest

@@ -289,8 +289,7 @@ func (r *rotator) open() error {
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
-		return fmt.Errorf("decision log: %w", err)
+		return fmt.Errorf("decision log: %w", errors.Join(err, f.Close()))
 	}
 	r.f, r.size = f, fi.Size()
 	return nil

@@ -190,7 +190,6 @@ func TestSampling(t *testing.T) {
 // are dropped, and Log never blocks.
 type blockingWriter struct {
 	release chan struct{}
-	once    sync.Once
 }
 
 func (b *blockingWriter) Write(p []byte) (int, error) {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/arbiter-pdp/arbiter/server"
+	"github.com/arbiter-pdp/arbiter/store"
 )
 
 // HAConfig configures RunHA.
@@ -68,12 +68,39 @@ func Floor(leaseTransitions int32, current uint64) uint64 {
 	return term<<TermBits + 1
 }
 
+// Replica is a member of a group that elects its primary with a Lease:
+// a Primary whose role RunHA switches. *server.Server satisfies it (S is
+// *server.Snapshot).
+type Replica[S Snapshot] interface {
+	Primary[S]
+	Roles
+}
+
+// Roles are the methods of a Replica that switch and report its role.
+type Roles interface {
+	// Store is the replica's store: a new term's floor is computed from
+	// its revision.
+	Store() *store.Store
+	// Lead makes the replica the primary. When floor is above the current
+	// revision its first commit is an empty one at revision floor. A
+	// replica that already is the primary is left as it is.
+	Lead(ctx context.Context, floor uint64) (store.Commit, error)
+	// Follow makes the replica a follower of the primary at addr (a
+	// standby when addr is empty); a follower of addr is left as it is.
+	Follow(addr string)
+	// Standby is Follow(""): the replica refuses writes and follows no one.
+	Standby()
+	// PrimaryAddress is the address of the primary followed (empty for a
+	// primary or a standby).
+	PrimaryAddress() string
+}
+
 // RunHA runs a replica of a group that elects its primary with a Lease:
 // while it holds the Lease it is the primary and runs the Kubernetes source
 // (re-listing everything on the way in); otherwise it follows the replica
 // whose address the Lease names (a standby until one does). It returns when
 // ctx ends, after the source stopped and the Lease was released.
-func RunHA(ctx context.Context, srv *server.Server, cfg HAConfig) error {
+func RunHA[S Snapshot](ctx context.Context, srv Replica[S], cfg HAConfig) error {
 	cfg.Source.defaults()
 	if cfg.LeaseDuration <= 0 {
 		cfg.LeaseDuration = 15 * time.Second
@@ -91,7 +118,7 @@ func RunHA(ctx context.Context, srv *server.Server, cfg HAConfig) error {
 	if err != nil {
 		return fmt.Errorf("kubesource: %w", err)
 	}
-	h := &ha{srv: srv, cfg: cfg, leases: leases, log: cfg.Source.Logger.With("component", "kube-lease", "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName)}
+	h := &ha{srv: srv, target: primaryOf[S]{srv}, cfg: cfg, leases: leases, log: cfg.Source.Logger.With("component", "kube-lease", "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName)}
 	srv.Standby()
 	for ctx.Err() == nil {
 		if err := h.term(ctx); err != nil {
@@ -106,7 +133,8 @@ func RunHA(ctx context.Context, srv *server.Server, cfg HAConfig) error {
 }
 
 type ha struct {
-	srv    *server.Server
+	srv    Roles
+	target target // srv, as the source writes to it
 	cfg    HAConfig
 	leases coordinationv1client.CoordinationV1Interface
 	log    *slog.Logger
@@ -207,7 +235,7 @@ func (h *ha) lead(lctx context.Context, giveUp context.CancelFunc, id string) {
 	defer close(done)
 	h.log.Info("primary: acquired the Lease", "identity", id, "lease_transitions", transitions,
 		"term", floor>>TermBits, "revision", commit.Revision, "digest", commit.Digest)
-	src, err := New(h.cfg.Source, h.srv)
+	src, err := newSource(h.cfg.Source, h.target)
 	if err != nil {
 		h.log.Error("starting the Kubernetes source; giving the Lease up", "err", err)
 		giveUp()

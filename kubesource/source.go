@@ -5,7 +5,7 @@
 // ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding),
 // Namespaces, and the param kinds the stored ValidatingAdmissionPolicies
 // name (discovered as policies change), and commits every change through
-// the server's validated write path (server.WriteObjects).
+// the primary's validated write path (Primary.WriteObjects).
 //
 // The source owns exactly the kinds it watches: on start, when a kind's
 // informer first lists, after a watch failure and every Config.Resync, it
@@ -54,7 +54,6 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
-	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/store"
 )
 
@@ -122,10 +121,54 @@ type Stats struct {
 	Watching []string
 }
 
+// Snapshot is what the source reads of one compiled revision of the
+// primary: its stored objects. *server.Snapshot satisfies it.
+type Snapshot interface {
+	// Object returns the object stored under k.
+	Object(k store.Key) (*manifest.Object, bool)
+	// Range calls fn for every stored object, in key order, until fn
+	// returns false. The objects are shared: they must not be modified.
+	Range(fn func(store.Key, *manifest.Object) bool)
+}
+
+// Primary is the replica a Source writes to; *server.Server satisfies it
+// (S is *server.Snapshot). The snapshot's type is a type parameter, inferred
+// by New and RunHA, because a method returning *server.Snapshot does not
+// satisfy one returning Snapshot (Go method results are not covariant), and
+// the source must not import the server to name it.
+type Primary[S Snapshot] interface {
+	// Current returns the snapshot of the revision the primary serves.
+	// The source reads one snapshot per step, so each step sees one revision.
+	Current() S
+	// WriteObjects commits upserts and deletes in one revision through the
+	// validated write path: a write whose content does not compile is
+	// refused whole, with load errors (manifest.AsLoadErrors) naming each
+	// object by its Source ("kube:KEY" for the source's, "store:KEY" for
+	// stored objects the write would break) and field. A write that
+	// changes nothing makes no revision (store.Commit.Unchanged).
+	WriteObjects(ctx context.Context, upserts []*manifest.Object, deletes []store.Key) (store.Commit, error)
+}
+
+// target is a Primary with its snapshot type erased, so that Source and
+// the election need no type parameter.
+type target interface {
+	current() Snapshot
+	writeObjects(ctx context.Context, upserts []*manifest.Object, deletes []store.Key) (store.Commit, error)
+}
+
+// primaryOf adapts a Primary to target.
+type primaryOf[S Snapshot] struct{ p Primary[S] }
+
+func (a primaryOf[S]) current() Snapshot { return a.p.Current() }
+
+func (a primaryOf[S]) writeObjects(ctx context.Context, upserts []*manifest.Object, deletes []store.Key) (store.Commit, error) {
+	return a.p.WriteObjects(ctx, upserts, deletes)
+}
+
 // Source watches the cluster and writes to a primary. A Source runs once.
 type Source struct {
 	cfg         Config
-	srv         *server.Server
+	srv         target
 	log         *slog.Logger
 	dyn         dynamic.Interface
 	mapper      *restmapper.DeferredDiscoveryRESTMapper
@@ -159,8 +202,12 @@ type watch struct {
 	cancel context.CancelFunc
 }
 
-// New prepares a source writing to srv; Run starts it.
-func New(cfg Config, srv *server.Server) (*Source, error) {
+// New prepares a source writing to srv (a *server.Server); Run starts it.
+func New[S Snapshot](cfg Config, srv Primary[S]) (*Source, error) {
+	return newSource(cfg, primaryOf[S]{srv})
+}
+
+func newSource(cfg Config, srv target) (*Source, error) {
 	cfg.defaults()
 	if cfg.Rest == nil {
 		return nil, errors.New("kubesource: no API server configuration")
@@ -212,7 +259,7 @@ func (s *Source) Stats() Stats {
 	return st
 }
 
-// Run watches the cluster and writes to the server until ctx ends. It
+// Run watches the cluster and writes to the primary until ctx ends. It
 // returns after every informer stopped, so nothing is written after it
 // returns.
 func (s *Source) Run(ctx context.Context) error {
@@ -440,7 +487,7 @@ func (s *Source) process(ctx context.Context) error {
 	if !full && len(dirty) == 0 {
 		return nil
 	}
-	snap := s.srv.Current()
+	snap := s.srv.current()
 	var ups []item
 	var dels []store.Key
 	if full {
@@ -492,7 +539,7 @@ func (s *Source) process(ctx context.Context) error {
 		}
 	}
 	// The param kinds watched follow the committed ValidatingAdmissionPolicies.
-	s.syncParamWatches(ctx, s.srv.Current())
+	s.syncParamWatches(ctx, s.srv.current())
 	return err
 }
 
@@ -531,7 +578,7 @@ func paramKindOf(content map[string]any) (schema.GroupVersionKind, bool) {
 
 // paramKinds are the param kinds (other than the fixed kinds) the
 // ValidatingAdmissionPolicies of snap name, after ups and dels when given.
-func paramKinds(snap *server.Snapshot, ups []item, dels []store.Key) map[schema.GroupKind]schema.GroupVersionKind {
+func paramKinds(snap Snapshot, ups []item, dels []store.Key) map[schema.GroupKind]schema.GroupVersionKind {
 	changed := map[store.Key]bool{}
 	for _, k := range dels {
 		changed[k] = true
@@ -570,7 +617,7 @@ func paramKinds(snap *server.Snapshot, ups []item, dels []store.Key) map[schema.
 // objects that would not be params are dropped, and stored params of
 // kinds no policy names any more are deleted (the engine refuses content
 // holding objects that are neither policy objects nor params).
-func withParams(snap *server.Snapshot, ups []item, dels []store.Key) ([]item, []store.Key) {
+func withParams(snap Snapshot, ups []item, dels []store.Key) ([]item, []store.Key) {
 	want := paramKinds(snap, ups, dels)
 	isParam := func(gvk schema.GroupVersionKind) bool { return want[gvk.GroupKind()] == gvk }
 	outUps := ups[:0:0]
@@ -604,7 +651,7 @@ func withParams(snap *server.Snapshot, ups []item, dels []store.Key) ([]item, []
 
 // syncParamWatches starts the informers of the param kinds snap's
 // policies name and stops the others (worker only).
-func (s *Source) syncParamWatches(ctx context.Context, snap *server.Snapshot) {
+func (s *Source) syncParamWatches(ctx context.Context, snap Snapshot) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -644,7 +691,7 @@ func (s *Source) syncParamWatches(ctx context.Context, snap *server.Snapshot) {
 // (an Event on each) and the rest is written without them.
 func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error {
 	for {
-		snap := s.srv.Current()
+		snap := s.srv.current()
 		wu, wd := withParams(snap, ups, dels)
 		if len(wu) == 0 && len(wd) == 0 {
 			return nil
@@ -653,7 +700,7 @@ func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error
 		for i, it := range wu {
 			objs[i] = manifest.NewObject(sourceOf(it.key), normalize(it.u))
 		}
-		c, err := s.srv.WriteObjects(ctx, objs, wd)
+		c, err := s.srv.writeObjects(ctx, objs, wd)
 		if err == nil {
 			s.committed(c, wu)
 			return nil
@@ -688,7 +735,7 @@ func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error
 // commitEach writes each change on its own; those refused are reported.
 func (s *Source) commitEach(ctx context.Context, ups []item, dels []store.Key) error {
 	for _, it := range ups {
-		c, err := s.srv.WriteObjects(ctx, []*manifest.Object{manifest.NewObject(sourceOf(it.key), normalize(it.u))}, nil)
+		c, err := s.srv.writeObjects(ctx, []*manifest.Object{manifest.NewObject(sourceOf(it.key), normalize(it.u))}, nil)
 		if les := manifest.AsLoadErrors(err); les != nil {
 			s.reject(it, les)
 			continue
@@ -699,7 +746,7 @@ func (s *Source) commitEach(ctx context.Context, ups []item, dels []store.Key) e
 		s.committed(c, []item{it})
 	}
 	for _, k := range dels {
-		c, err := s.srv.WriteObjects(ctx, nil, []store.Key{k})
+		c, err := s.srv.writeObjects(ctx, nil, []store.Key{k})
 		if les := manifest.AsLoadErrors(err); les != nil {
 			s.rejects.Add(1)
 			s.log.Warn("deleting an object the cluster no longer has was refused; the store keeps it", "object", k.String(), "err", les.Error())
@@ -765,7 +812,7 @@ func (s *Source) reject(it item, errs []*manifest.LoadError) {
 func sourceOf(k store.Key) string { return "kube:" + k.String() }
 
 // keyOfSource is the store key an error's source names: one of ours, or
-// an object already stored ("store:KEY", from the server).
+// an object already stored ("store:KEY", from the primary).
 func keyOfSource(src string) (store.Key, bool) {
 	for _, p := range []string{"kube:", "store:"} {
 		if rest, ok := strings.CutPrefix(src, p); ok {

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	berrors "go.etcd.io/bbolt/errors"
-
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/store"
 )
@@ -119,7 +117,7 @@ func RestoreFile(backup, dataDir string, force bool, verify VerifyFunc) (st stor
 	if _, err := os.Stat(target); err == nil {
 		cur, err := store.Open(target, store.Options{Timeout: 200 * time.Millisecond, NoSync: true})
 		if err != nil {
-			if errors.Is(err, berrors.ErrTimeout) {
+			if errors.Is(err, store.ErrLocked) {
 				return st, "", fmt.Errorf("%s: %w", target, ErrStoreInUse)
 			}
 			if !force {

@@ -3,6 +3,9 @@ package store
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Sentinel errors. Every error the store returns for one of these conditions
@@ -48,9 +51,30 @@ var (
 	ErrRejected = errors.New("store: write rejected by validation")
 
 	// ErrCorrupt is returned when persisted data fails to decode or when Verify
-	// finds that the persisted digest, count or changelog disagree with the content.
+	// finds that the persisted digest, count or changelog disagree with the
+	// content; by Open also when the file is not a bbolt database, or its
+	// meta pages are damaged or of another bbolt version (the error wraps
+	// bbolt's own as well).
 	ErrCorrupt = errors.New("store: corrupt")
+
+	// ErrLocked is returned by Open when another Store, in this process or
+	// another, holds the file and did not release it within Options.Timeout
+	// (a running server uses it). The error wraps bbolt's timeout as well.
+	ErrLocked = errors.New("store: file is locked by another process")
 )
+
+// openError classifies an error of bbolt's Open: the callers of the store
+// test for ErrLocked and ErrCorrupt, never for bbolt's errors (only the
+// store imports bbolt). Both are wrapped, so errors.Is holds for either.
+func openError(path string, timeout time.Duration, err error) error {
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return fmt.Errorf("store: open %s: %w (waited %v): %w", path, ErrLocked, timeout, err)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		return fmt.Errorf("store: open %s: %w: not a store file, or a damaged one: %w", path, ErrCorrupt, err)
+	}
+	return fmt.Errorf("store: open %s: %w", path, err)
+}
 
 // RevisionError carries the details of ErrConflict, ErrCompacted,
 // ErrFutureRevision and ErrOutOfOrder; errors.Is(err, e.Err) holds.

@@ -9,14 +9,19 @@ import (
 	"testing"
 )
 
-// openT opens a fresh store in a temp dir; it is closed at the end of the test.
+// openT opens a fresh store in a temp dir; it is closed at the end of the
+// test, and a failing Close fails the test.
 func openT(t testing.TB, opts Options) *Store {
 	t.Helper()
 	s, err := Open(filepath.Join(t.TempDir(), "data", "arbiter.db"), opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return s
 }
 

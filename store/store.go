@@ -249,10 +249,7 @@ func Open(path string, opts Options) (*Store, error) {
 		InitialMmapSize: 64 << 20, // fewer remaps, so readers rarely block the writer
 	})
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("store: open %s: file is locked by another process (waited %v): %w", path, timeout, err)
-		}
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, openError(path, timeout, err)
 	}
 	s := &Store{db: db, path: path, keep: keep, hasher: newElemHasher()}
 	var m meta
@@ -277,14 +274,12 @@ func Open(path string, opts Options) (*Store, error) {
 		return err
 	})
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, fmt.Errorf("store: open %s: %w", path, errors.Join(err, db.Close()))
 	}
 	s.cur.Store(&state{Status: m.status(), sum: m.sum, next: make(chan struct{})})
 	if opts.VerifyOnOpen {
 		if err := s.Verify(context.Background()); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("store: open %s: %w", path, err)
+			return nil, fmt.Errorf("store: open %s: %w", path, errors.Join(err, db.Close()))
 		}
 	}
 	return s, nil

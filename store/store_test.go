@@ -15,6 +15,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 var errorsAs = errors.As
@@ -780,11 +781,11 @@ func TestOpenErrors(t *testing.T) {
 	}
 	defer s.Close()
 	start := time.Now()
-	if s2, err := Open(path, Options{Timeout: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "locked") {
+	if s2, err := Open(path, Options{Timeout: 50 * time.Millisecond}); !errors.Is(err, ErrLocked) || !errors.Is(err, berrors.ErrTimeout) || !strings.Contains(err.Error(), "locked") {
 		if s2 != nil {
 			s2.Close()
 		}
-		t.Fatalf("second Open of a locked file = %v, want a lock error", err)
+		t.Fatalf("second Open of a locked file = %v, want ErrLocked wrapping bbolt's timeout", err)
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Fatal("Timeout not honoured")
@@ -796,9 +797,39 @@ func TestOpenErrors(t *testing.T) {
 	if err := os.WriteFile(notDB, bytes.Repeat([]byte("garbage!"), 1024), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s3, err := Open(notDB, Options{}); err == nil {
-		s3.Close()
-		t.Fatal("Open of a non-bbolt file succeeded")
+	if s3, err := Open(notDB, Options{}); !errors.Is(err, ErrCorrupt) || !errors.Is(err, berrors.ErrInvalid) || errors.Is(err, ErrLocked) {
+		if s3 != nil {
+			s3.Close()
+		}
+		t.Fatalf("Open of a non-bbolt file = %v, want ErrCorrupt wrapping bbolt's ErrInvalid", err)
+	}
+	// A store file whose two meta pages both fail their checksum.
+	damaged := filepath.Join(t.TempDir(), "damaged.db")
+	if d, err := Open(damaged, Options{NoSync: true}); err != nil {
+		t.Fatal(err)
+	} else {
+		d.Close()
+	}
+	b, err := os.ReadFile(damaged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageSize := os.Getpagesize()
+	for _, page := range []int{0, 1} {
+		b[page*pageSize+16+56] ^= 0xff // the meta's checksum, after the page header and the other fields
+	}
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s4, err := Open(damaged, Options{}); !errors.Is(err, ErrCorrupt) || !errors.Is(err, berrors.ErrChecksum) {
+		if s4 != nil {
+			s4.Close()
+		}
+		t.Fatalf("Open of a store whose meta pages fail their checksum = %v, want ErrCorrupt wrapping bbolt's ErrChecksum", err)
+	}
+	// An error that is neither (the parent is a file) is not classified.
+	if _, err := Open(filepath.Join(notDB, "x.db"), Options{}); err == nil || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrLocked) {
+		t.Fatalf("Open under a file = %v, want an unclassified error", err)
 	}
 }
 

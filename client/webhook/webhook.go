@@ -139,7 +139,7 @@ func (h *Handler) ObserveRevision(rev uint64) {
 
 func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	io.WriteString(w, "ok\n")
+	w.Write([]byte("ok\n"))
 }
 
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
@@ -151,10 +151,10 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			msg += ": " + client.Describe(err)
 		}
-		io.WriteString(w, msg+"\n")
+		w.Write([]byte(msg + "\n"))
 		return
 	}
-	io.WriteString(w, "ok\n")
+	w.Write([]byte("ok\n"))
 }
 
 // ready asks the decision service's health, at most once per ReadyCacheTTL.

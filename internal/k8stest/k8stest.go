@@ -142,7 +142,9 @@ func (s *Server) Stop() {
 			s.etcd.stop()
 		}
 		if s.dir != "" {
-			os.RemoveAll(s.dir)
+			// Best effort: what is left is a directory under the system's
+			// temporary directory, and Stop has no caller to tell.
+			_ = os.RemoveAll(s.dir)
 		}
 	})
 }
@@ -339,11 +341,16 @@ func startProc(logPath, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := startDying(cmd); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
+		return nil, fmt.Errorf("starting %s: %w", bin, errors.Join(err, f.Close()))
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{}), log: f}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	go func() {
+		_ = cmd.Wait() // done tells that it ended; nobody needs how
+		// The process wrote its log through its own descriptor: closing
+		// ours loses nothing.
+		_ = f.Close()
+		close(p.done)
+	}()
 	return p, nil
 }
 
@@ -362,7 +369,7 @@ func waitHTTP(ctx context.Context, timeout time.Duration, hc *http.Client, url, 
 		}
 		resp, err := hc.Do(req)
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // only the status is read
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}

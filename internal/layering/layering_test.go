@@ -92,3 +92,33 @@ func TestClientDependsOnTheAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyTheStoreImportsBbolt: bbolt is the store's implementation; the
+// other packages (and their tests) use the store's API and its error values
+// (store.ErrLocked, store.ErrCorrupt, ...), which wrap bbolt's.
+func TestOnlyTheStoreImportsBbolt(t *testing.T) {
+	const bbolt = "go.etcd.io/bbolt"
+	for _, line := range list(t, `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, "./...") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] == module+"/store" {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if imp == bbolt || strings.HasPrefix(imp, bbolt+"/") {
+				t.Errorf("%s imports %s: only the store may", f[0], imp)
+			}
+		}
+	}
+}
+
+// TestKubesourceDependsOnAnInterface: the Kubernetes source writes through
+// the interfaces it declares (kubesource.Primary, kubesource.Replica), which
+// *server.Server satisfies; it does not link the server (its tests may, to
+// run a real one).
+func TestKubesourceDependsOnAnInterface(t *testing.T) {
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./kubesource") {
+		if dep == module+"/server" || strings.HasPrefix(dep, module+"/server/") {
+			t.Errorf("kubesource links %s", dep)
+		}
+	}
+}

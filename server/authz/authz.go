@@ -28,6 +28,7 @@
 package authz
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -530,12 +531,11 @@ func (tf *tokenFile) reload() error {
 	if tf.byHash.Load() != nil && st == tf.stamp {
 		return nil
 	}
-	f, err := os.Open(tf.path)
+	b, err := os.ReadFile(tf.path)
 	if err != nil {
 		return fmt.Errorf("token file: %w", err)
 	}
-	defer f.Close()
-	m, err := parseTokens(f)
+	m, err := parseTokens(bytes.NewReader(b))
 	if err != nil {
 		return fmt.Errorf("token file %s: %w", tf.path, err)
 	}

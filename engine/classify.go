@@ -29,6 +29,8 @@ const (
 	// ClassPodSecurityConfiguration is the Pod Security Admission
 	// configuration (pod-security.admission.config.k8s.io PodSecurityConfiguration).
 	ClassPodSecurityConfiguration
+	// ClassMutatingPolicy is a MutatingPolicy or NamespacedMutatingPolicy.
+	ClassMutatingPolicy
 )
 
 // unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
@@ -47,6 +49,8 @@ func Classify(o *manifest.Object) Class {
 		switch o.Kind {
 		case kyvernoapi.KindValidatingPolicy, kyvernoapi.KindNamespacedValidatingPolicy:
 			return ClassPolicy
+		case kyvernoapi.KindMutatingPolicy, kyvernoapi.KindNamespacedMutatingPolicy:
+			return ClassMutatingPolicy
 		case kyvernoapi.KindPolicyException:
 			return ClassException
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -39,7 +40,8 @@ type cachedIndex struct {
 
 type cachedPolicy struct {
 	version string
-	policy  *vpol.Policy
+	vpol    *vpol.Policy
+	mpol    *mpol.Policy
 }
 
 type cachedException struct {
@@ -66,6 +68,11 @@ type Options struct {
 	// Kyverno CLI does with files); by default they are sorted by kind,
 	// namespace and name, so a set's results are in a fixed order.
 	KeepOrder bool
+	// MutateExisting accepts MutatingPolicies that mutate existing
+	// resources (targetMatchConstraints, evaluation.mutateExisting), which
+	// are evaluated offline (arbiter test, arbiter apply). A server
+	// refuses them: it cannot read or write the cluster's resources yet.
+	MutateExisting bool
 }
 
 // Compile builds an immutable PolicySet from objects: policies of every
@@ -83,6 +90,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		id, ver string
 		class   Class
 		policy  *vpol.Policy
+		mpol    *mpol.Policy
 		exc     *exception.Exception
 		err     *manifest.LoadError
 	}
@@ -93,7 +101,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	for _, o := range objs {
 		class := Classify(o)
 		switch class {
-		case ClassPolicy, ClassException:
+		case ClassPolicy, ClassMutatingPolicy, ClassException:
 			id := o.ID()
 			if seen[id] {
 				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
@@ -102,14 +110,14 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			seen[id] = true
 			version := o.ContentVersion()
 			s := slot{o: o, id: id, ver: version, class: class}
-			if class == ClassPolicy {
-				if cached, ok := c.policies[id]; ok && cached.version == version {
-					s.policy = cached.policy
+			if class == ClassException {
+				if cached, ok := c.exceptions[id]; ok && cached.version == version {
+					s.exc = cached.exception
 				}
-			} else if cached, ok := c.exceptions[id]; ok && cached.version == version {
-				s.exc = cached.exception
+			} else if cached, ok := c.policies[id]; ok && cached.version == version {
+				s.policy, s.mpol = cached.vpol, cached.mpol
 			}
-			if s.policy == nil && s.exc == nil {
+			if s.policy == nil && s.mpol == nil && s.exc == nil {
 				todo = append(todo, len(slots))
 			}
 			slots = append(slots, s)
@@ -134,8 +142,12 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	c.mu.Unlock()
 	compileSlot := func(s *slot) {
-		if s.class == ClassPolicy {
+		switch s.class {
+		case ClassPolicy:
 			s.policy, s.err = vpol.Compile(c.env, s.o)
+			return
+		case ClassMutatingPolicy:
+			s.mpol, s.err = mpol.Compile(c.env, s.o)
 			return
 		}
 		s.exc, s.err = exception.Compile(c.env, s.o)
@@ -171,6 +183,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		}
 	}
 	var pols []*vpol.Policy
+	var mpols []*mpol.Policy
 	var excs []*exception.Exception
 	c.mu.Lock()
 	for i := range slots {
@@ -179,8 +192,15 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		case s.err != nil:
 			errs = append(errs, s.err)
 		case s.policy != nil:
-			c.policies[s.id] = cachedPolicy{version: s.ver, policy: s.policy}
+			c.policies[s.id] = cachedPolicy{version: s.ver, vpol: s.policy}
 			pols = append(pols, s.policy)
+		case s.mpol != nil:
+			c.policies[s.id] = cachedPolicy{version: s.ver, mpol: s.mpol}
+			if s.mpol.MutateExisting() && !opts.MutateExisting {
+				errs = append(errs, mutateExistingRefused(s.o, s.mpol))
+				continue
+			}
+			mpols = append(mpols, s.mpol)
 		case s.exc != nil:
 			c.exceptions[s.id] = cachedException{version: s.ver, exception: s.exc}
 			excs = append(excs, s.exc)
@@ -199,6 +219,16 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			a, b := pols[i], pols[j]
 			if a.Kind != b.Kind {
 				return a.Kind > b.Kind // ValidatingPolicy before NamespacedValidatingPolicy
+			}
+			if a.Namespace != b.Namespace {
+				return a.Namespace < b.Namespace
+			}
+			return a.Name < b.Name
+		})
+		sort.SliceStable(mpols, func(i, j int) bool {
+			a, b := mpols[i], mpols[j]
+			if a.Kind != b.Kind {
+				return a.Kind < b.Kind // MutatingPolicy before NamespacedMutatingPolicy
 			}
 			if a.Namespace != b.Namespace {
 				return a.Namespace < b.Namespace
@@ -230,9 +260,21 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		indexes[ref] = cached
 		bounds[i] = exception.Bind(excs, cached.index)
 	}
+	mbounds := make([]*exception.Bound, len(mpols))
+	for i, p := range mpols {
+		ref := exception.PolicyRef{Name: p.Name, Kind: p.Kind}
+		excs := byRef[ref]
+		cached, ok := c.indexes[ref]
+		if !ok || !slices.Equal(cached.exceptions, excs) {
+			cached = cachedIndex{exceptions: excs, index: exception.NewIndex(excs)}
+		}
+		indexes[ref] = cached
+		mbounds[i] = exception.Bind(excs, cached.index)
+	}
 	c.indexes = indexes
 	c.mu.Unlock()
 	ps.vpol = vpol.NewSet(pols, bounds)
+	ps.mpol = mpol.NewSet(mpols, mbounds, nil)
 	ps.finish()
 	return ps, nil
 }
@@ -269,6 +311,7 @@ func (c *Compiler) Forget(keep map[string]bool) {
 // concurrent use.
 type PolicySet struct {
 	vpol       *vpol.Set
+	mpol       *mpol.Set
 	vap        *vap.Set
 	psa        *psa.Set
 	exceptions []*exception.Exception
@@ -279,7 +322,9 @@ type PolicySet struct {
 	// shared holds the canonical forms of request-pure expressions that
 	// occur in more than one place, whose results a request memoizes.
 	shared map[string]bool
-	// validators are the validating kinds, in admission order.
+	// mutators and validators are the mutating and the validating kinds,
+	// in admission order.
+	mutators   []mutator
 	validators []kind
 }
 
@@ -294,9 +339,22 @@ func (ps *PolicySet) finish() {
 			ps.shared[k] = true
 		}
 	}
+	if !ps.mpol.Empty() {
+		ps.mutators = append(ps.mutators, mpolKind{ps.mpol})
+	}
 	ps.validators = []kind{vpolKind{ps.vpol}}
 	if !ps.vap.Empty() {
 		ps.validators = append(ps.validators, vapKind{ps.vap})
 	}
 	ps.validators = append(ps.validators, psaKind{ps.psa})
+}
+
+// mutateExistingRefused is the error of a mutate-existing MutatingPolicy
+// where they are not evaluated (a server).
+func mutateExistingRefused(o *manifest.Object, p *mpol.Policy) *manifest.LoadError {
+	field := "spec.evaluation.mutateExisting.enabled"
+	if p.Spec.TargetMatchConstraints != nil {
+		field = "spec.targetMatchConstraints"
+	}
+	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply): the server cannot read or update the cluster's resources yet")
 }

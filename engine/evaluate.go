@@ -2,12 +2,14 @@ package engine
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
@@ -40,13 +42,32 @@ type EvalOptions struct {
 	// of charging proven-cheap ones their static estimate (slower; the
 	// decision is the same).
 	ExactCost bool
+	// Stages says which stages of the pipeline run (default: mutations,
+	// then validations of the mutated object).
+	Stages Stages
 }
+
+// Stages are the stages of the admission pipeline a decision runs.
+type Stages int
+
+const (
+	// AllStages mutates, then validates the mutated object.
+	AllStages Stages = iota
+	// ValidateOnly validates the request's object as it is.
+	ValidateOnly
+	// MutateOnly mutates; nothing is validated (an admission webhook's
+	// mutating call: the API server validates the final object apart).
+	MutateOnly
+)
 
 // Decision is the outcome of a request: the merged outcome of its kinds
 // (Results, Warnings, AuditAnnotations) and the verdict.
 type Decision struct {
 	outcome.Outcome
 	Allowed bool
+	// Mutated is the object as the mutations left it, when they changed
+	// it (nil otherwise): what validations saw, and what would be admitted.
+	Mutated map[string]any
 	// Denials are the reasons the request is denied.
 	Denials []string
 	// Message is the denial message (Denials joined as Kyverno does).
@@ -59,6 +80,14 @@ type Decision struct {
 	Reason string
 	// Cost is the CEL cost charged for the decision (see EvalOptions.CostBudget).
 	Cost uint64
+}
+
+// mutator is one mutating policy kind's part of a PolicySet.
+type mutator interface {
+	// mutate applies the kind's mutations to the request's object as
+	// mutated so far (rq.Object(), which it updates), adding its results
+	// and denials to out.
+	mutate(rq *celeval.Request, out *outcome.Outcome)
 }
 
 // kind is one policy kind's part of a PolicySet, in the admission pipeline.
@@ -92,22 +121,47 @@ func (ps *PolicySet) newRequest(ctx context.Context, req *admission.Request, opt
 	})
 }
 
-// Evaluate decides a request: the validating kinds in admission order
-// (Kyverno ValidatingPolicies, ValidatingAdmissionPolicies, Pod Security),
-// then one merge of their outcomes into the decision. It never fails:
-// problems evaluating a policy become `error` results; a request whose
-// context is done stops being evaluated (the policies not yet evaluated
-// are errors). The caller must not modify the request's objects while
-// Evaluate runs; opts may be nil.
+// Evaluate decides a request: the mutating kinds in admission order
+// (Kyverno MutatingPolicies), each mutation applied to the object as the
+// previous ones left it; then the validating kinds in admission order
+// (Kyverno ValidatingPolicies, ValidatingAdmissionPolicies, Pod Security)
+// on the mutated object; then one merge of their outcomes into the
+// decision. It never fails: problems evaluating a policy become `error`
+// results; a request whose context is done stops being evaluated (the
+// policies not yet evaluated are errors). The caller must not modify the
+// request's objects while Evaluate runs (the engine never modifies them);
+// opts may be nil.
 func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts *EvalOptions) *Decision {
 	rq := ps.newRequest(ctx, req, opts)
 	d := &Decision{}
-	for _, k := range ps.validators {
-		k.evaluate(rq, &d.Outcome)
+	stages := AllStages
+	if opts != nil {
+		stages = opts.Stages
+	}
+	if stages != ValidateOnly && len(ps.mutators) > 0 && req.Object != nil {
+		for _, m := range ps.mutators {
+			m.mutate(rq, &d.Outcome)
+		}
+		if obj := rq.Object(); !sameObject(obj, req.Object) {
+			d.Mutated = obj
+			mutated := *req
+			mutated.Object = obj
+			rq = rq.Continue(&mutated)
+		}
+	}
+	if stages != MutateOnly {
+		for _, k := range ps.validators {
+			k.evaluate(rq, &d.Outcome)
+		}
 	}
 	d.merge()
 	d.Cost = rq.Cost()
 	return d
+}
+
+// sameObject says whether a and b are the same object (not merely equal).
+func sameObject(a, b map[string]any) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // merge derives the verdict from the kinds' outcome: denied when any kind
@@ -117,6 +171,12 @@ func (d *Decision) merge() {
 	d.Allowed = !d.Outcome.Denied()
 	d.Denials, d.Message, d.Code, d.Reason = d.Outcome.Message()
 }
+
+// The mutating kinds.
+
+type mpolKind struct{ set *mpol.Set }
+
+func (k mpolKind) mutate(rq *celeval.Request, out *outcome.Outcome) { k.set.Mutate(rq, out) }
 
 // The validating kinds.
 

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"encoding/json"
 	"context"
 	"fmt"
 	"os"
@@ -53,6 +54,10 @@ type expectedCase struct {
 	MessageContains string           `json:"messageContains"`
 	Warnings        []string         `json:"warnings"`
 	Results         []expectedResult `json:"results"`
+	// Mutated is the object the mutations must leave (compared as JSON);
+	// NotMutated says they must leave it unchanged.
+	Mutated    map[string]any `json:"mutated"`
+	NotMutated bool           `json:"notMutated"`
 }
 
 type expectedResult struct {
@@ -165,7 +170,11 @@ func runGolden(t *testing.T, file string) {
 		if req.Namespace == "" && admission.IsNamespaced(gk) {
 			req.Namespace = "default"
 		}
+		before := jsonOf(o.Content)
 		d := ps.Evaluate(context.Background(), req, &engine.EvalOptions{Now: now})
+		if jsonOf(o.Content) != before {
+			t.Errorf("case %d (%s %s): the engine modified the request's object", i, op, c.Resource)
+		}
 		checkDecision(t, fmt.Sprintf("case %d (%s %s)", i, op, c.Resource), c, d)
 	}
 }
@@ -185,6 +194,12 @@ func checkDecision(t *testing.T, name string, c expectedCase, d *engine.Decision
 		if !reflect.DeepEqual(nilIfEmpty(d.Warnings), nilIfEmpty(c.Warnings)) {
 			t.Errorf("%s: warnings = %q, want %q", name, d.Warnings, c.Warnings)
 		}
+	}
+	if c.NotMutated && d.Mutated != nil {
+		t.Errorf("%s: mutated to %s, want unchanged", name, jsonOf(d.Mutated))
+	}
+	if c.Mutated != nil && jsonOf(d.Mutated) != jsonOf(c.Mutated) {
+		t.Errorf("%s: mutated =\n  %s\nwant\n  %s", name, jsonOf(d.Mutated), jsonOf(c.Mutated))
 	}
 	got := make([]string, len(d.Results))
 	for i, r := range d.Results {
@@ -229,6 +244,21 @@ func checkDecision(t *testing.T, name string, c expectedCase, d *engine.Decision
 			}
 		}
 	}
+}
+
+// jsonOf renders an object as JSON with sorted keys (numbers as JSON
+// numbers, so 1 and 1.0 compare equal).
+func jsonOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	var norm any
+	if err := json.Unmarshal(b, &norm); err != nil {
+		return err.Error()
+	}
+	b, _ = json.Marshal(norm)
+	return string(b)
 }
 
 func nilIfEmpty(s []string) []string {

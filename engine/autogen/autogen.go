@@ -6,6 +6,7 @@
 package autogen
 
 import (
+	"regexp"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -185,4 +186,58 @@ func protected(rest string) bool {
 
 func isIdentByte(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+var (
+	specRe                = regexp.MustCompile(`\b(object|oldObject|Object)\.spec`)
+	metadataLabelsRe      = regexp.MustCompile(`\b(object|oldObject|Object)\.metadata\.labels`)
+	metadataAnnotationsRe = regexp.MustCompile(`\b(object|oldObject|Object)\.metadata\.annotations`)
+)
+
+// RewriteMutation rewrites an expression of a mutating policy on Pods for
+// the variant, as Kyverno's MutatingPolicy autogen does
+// (pkg/cel/policies/mpol/autogen): object.spec, object.metadata.labels and
+// object.metadata.annotations (and oldObject's, and the Object type names)
+// read the pod template, and a root Object{...} apply configuration is
+// wrapped into the template's path. Kyverno applies it to matchConditions
+// and apply configurations only (not to variables or JSON patches).
+func (c Config) RewriteMutation(expression string) string {
+	specReplacement, metadataReplacement := "spec.template.spec", "spec.template.metadata"
+	if c.Name == "cronjobs" {
+		specReplacement, metadataReplacement = "spec.jobTemplate.spec.template.spec", "spec.jobTemplate.spec.template.metadata"
+	}
+	expression = specRe.ReplaceAllString(expression, "${1}."+specReplacement)
+	expression = metadataLabelsRe.ReplaceAllString(expression, "${1}."+metadataReplacement+".labels")
+	expression = metadataAnnotationsRe.ReplaceAllString(expression, "${1}."+metadataReplacement+".annotations")
+	rest, ok := strings.CutPrefix(strings.TrimSpace(expression), "Object")
+	if !ok {
+		return expression
+	}
+	content, ok := strings.CutPrefix(strings.TrimLeft(rest, " \t\r\n"), "{")
+	if !ok {
+		return expression
+	}
+	// The matching brace of the root constructor, counted without regard
+	// to strings (as Kyverno does).
+	depth, end := 1, 0
+	for i, ch := range content {
+		if ch == '{' {
+			depth++
+		} else if ch == '}' {
+			depth--
+			if depth == 0 {
+				end = i
+				break
+			}
+		}
+	}
+	if end == 0 {
+		return expression
+	}
+	wrapper, closing := "Object{spec: Object.spec{template: Object.spec.template{", "}}}"
+	if c.Name == "cronjobs" {
+		wrapper = "Object{spec: Object.spec{jobTemplate: Object.spec.jobTemplate{spec: Object.spec.jobTemplate.spec{template: Object.spec.jobTemplate.spec.template{"
+		closing = "}}}}}"
+	}
+	return wrapper + content[:end] + closing + content[end+1:]
 }

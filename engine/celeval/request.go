@@ -3,6 +3,7 @@ package celeval
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/google/cel-go/common/types"
@@ -49,9 +50,12 @@ type Config struct {
 // request-pure expressions, the size level of the inputs, the CEL cost
 // charged so far — and the state of the policy being evaluated.
 type Request struct {
-	ctx             context.Context
-	done            <-chan struct{}
-	req             *admission.Request
+	ctx  context.Context
+	done <-chan struct{}
+	req  *admission.Request
+	// current is the object as mutated so far (req.Object until a
+	// mutation changes it).
+	current         map[string]any
 	cfg             Config
 	now             time.Time
 	object          any
@@ -78,6 +82,7 @@ func NewRequest(ctx context.Context, req *admission.Request, cfg Config) *Reques
 	if rq.now.IsZero() {
 		rq.now = time.Now()
 	}
+	rq.current = req.Object
 	rq.object = toVal(req.Object)
 	rq.oldObject = toVal(req.OldObject)
 	ns := cfg.Namespace
@@ -103,6 +108,45 @@ func toVal(m map[string]any) any {
 		return jsonval.NewMap(map[string]any{})
 	}
 	return jsonval.NewMap(m)
+}
+
+// Object returns the request's object as mutated so far.
+func (rq *Request) Object() map[string]any { return rq.current }
+
+// SetObject makes obj the object the next evaluations read as `object` (a
+// mutation's result); `request.object` stays the request's. What was
+// memoized or measured of the previous object is dropped.
+func (rq *Request) SetObject(obj map[string]any) {
+	if sameMap(obj, rq.current) {
+		return
+	}
+	rq.current = obj
+	rq.object = toVal(obj)
+	rq.memo = nil
+	rq.sizeLevel = -2
+	rq.cfg.ObjectSizes = nil
+}
+
+// Continue starts the evaluation of req — the same request with its
+// mutated object — by the kinds that follow the mutating ones: a fresh
+// state (nothing memoized) that charges the cost spent so far to the same
+// budget.
+func (rq *Request) Continue(req *admission.Request) *Request {
+	cfg := rq.cfg
+	if !sameMap(req.Object, rq.req.Object) {
+		cfg.ObjectSizes = nil
+	}
+	next := NewRequest(rq.ctx, req, cfg)
+	next.now = rq.now
+	next.cost = rq.cost
+	return next
+}
+
+func sameMap(a, b map[string]any) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // Context returns the request's context.
@@ -193,9 +237,12 @@ func Run[T any](rq *Request, scope *Scope, fn func(st *State) T) T {
 func (rq *Request) level() int {
 	if rq.sizeLevel == -2 {
 		var sizes manifest.Sizes
-		others := []any{rq.req.Object, rq.req.OldObject, rq.namespaceObject, rq.req.Options}
+		others := []any{rq.current, rq.req.OldObject, rq.namespaceObject, rq.req.Options}
 		if h := rq.cfg.ObjectSizes; h != nil {
 			sizes, others = *h, others[2:]
+		} else if !sameMap(rq.current, rq.req.Object) {
+			// request.object is still the request's.
+			others = append(others, rq.req.Object)
 		}
 		for _, v := range others {
 			sizes = sizes.Max(manifest.SizesOf(v))

@@ -19,6 +19,8 @@ const (
 	KindValidatingPolicy           = "ValidatingPolicy"
 	KindNamespacedValidatingPolicy = "NamespacedValidatingPolicy"
 	KindPolicyException            = "PolicyException"
+	KindMutatingPolicy             = "MutatingPolicy"
+	KindNamespacedMutatingPolicy   = "NamespacedMutatingPolicy"
 )
 
 // IsNamespacedKind says whether a policy kind is the namespaced flavour of

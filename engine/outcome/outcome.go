@@ -21,6 +21,8 @@ const (
 	SourceValidatingPolicy          = "KyvernoValidatingPolicy"
 	SourceValidatingAdmissionPolicy = "ValidatingAdmissionPolicy"
 	SourcePodSecurity               = "PodSecurity"
+	SourceMutatingPolicy            = "KyvernoMutatingPolicy"
+	SourceMutatingAdmissionPolicy   = "MutatingAdmissionPolicy"
 )
 
 // Report property names.

@@ -35,6 +35,7 @@ const (
 	PhaseValidation              = "validation"
 	PhaseMessageExpression       = "messageExpression"
 	PhaseAuditAnnotation         = "auditAnnotation"
+	PhaseMutation                = "mutation"
 	PhaseResult                  = "result"
 )
 

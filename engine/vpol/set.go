@@ -1,6 +1,7 @@
 package vpol
 
 import (
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 )
 
@@ -10,8 +11,7 @@ import (
 type Set struct {
 	entries []*entry
 	// byResource indexes entries by the resources their variants may match.
-	byResource map[string][]*entry
-	wildcard   []*entry
+	byResource admission.Index[*entry]
 }
 
 type entry struct {
@@ -76,12 +76,11 @@ func (s *Set) CountMemoKeys(counts map[string]int) {
 }
 
 // index builds the resource index: an entry is listed under every resource
-// name its variants' rules name, or in wildcard when a rule says "*" or the
-// policy is in JSON mode.
+// name its variants' rules name, or as a wildcard when a rule says "*" or
+// the policy is in JSON mode.
 func (s *Set) index() {
-	s.byResource = map[string][]*entry{}
 	for _, e := range s.entries {
-		names := map[string]bool{}
+		var names []string
 		wild := e.policy.jsonMode
 		for _, v := range e.policy.variants {
 			if v.match == nil {
@@ -90,46 +89,13 @@ func (s *Set) index() {
 			}
 			ns, w := v.match.IndexNames()
 			wild = wild || w
-			for _, n := range ns {
-				names[n] = true
-			}
+			names = append(names, ns...)
 		}
-		if wild {
-			s.wildcard = append(s.wildcard, e)
-			continue
-		}
-		for n := range names {
-			s.byResource[n] = append(s.byResource[n], e)
-		}
+		s.byResource.Add(e, names, wild)
 	}
-	if len(s.wildcard) == 0 {
-		return
-	}
-	// Every per-resource list also holds the wildcard entries, in the global order.
-	wild := map[*entry]bool{}
-	for _, e := range s.wildcard {
-		wild[e] = true
-	}
-	for n, l := range s.byResource {
-		in := map[*entry]bool{}
-		for _, e := range l {
-			in[e] = true
-		}
-		merged := make([]*entry, 0, len(l)+len(s.wildcard))
-		for _, e := range s.entries {
-			if in[e] || wild[e] {
-				merged = append(merged, e)
-			}
-		}
-		s.byResource[n] = merged
-	}
+	s.byResource.Build()
 }
 
 // candidates returns, in evaluation order, the entries that may match a
 // request on resource.
-func (s *Set) candidates(resource string) []*entry {
-	if l, ok := s.byResource[resource]; ok {
-		return l
-	}
-	return s.wildcard
-}
+func (s *Set) candidates(resource string) []*entry { return s.byResource.Candidates(resource) }

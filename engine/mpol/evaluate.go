@@ -1,0 +1,376 @@
+package mpol
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apiserver/pkg/cel/mutation"
+	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
+
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/celeval"
+	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/patch"
+)
+
+// Report words of MutatingPolicy results, as Kyverno's engine words them
+// (pkg/cel/policies/mpol/engine).
+const (
+	messageSuccess    = "success"
+	messageSkip       = "skip"
+	messageNotApplied = "mutation is not applied"
+	evaluationFailed  = "failed to evaluate policy: "
+)
+
+// applies says whether a policy mutates the request in its mode: at
+// admission, the admission-enabled policies in scope that mutate the
+// admitted object (a policy with targetMatchConstraints mutates other
+// resources); in background scans, the background-enabled ones; the CLI
+// evaluates every policy, as `kyverno test` does.
+func applies(p *Policy, req *admission.Request) bool {
+	inScope := !p.Namespaced() || req.Namespace == p.Namespace
+	switch req.Mode {
+	case admission.ModeAdmission:
+		return inScope && p.Spec.AdmissionEnabled() && p.Spec.TargetMatchConstraints == nil
+	case admission.ModeBackground:
+		return inScope && p.Spec.BackgroundEnabled() && p.Spec.TargetMatchConstraints == nil
+	}
+	return true
+}
+
+// match returns the variant that matches the request, nil when none does.
+func (p *Policy) match(rq *celeval.Request) (*variant, error) {
+	for _, v := range p.variants {
+		ok, err := v.match.Matches(rq.Attributes(), rq.Namespace())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return v, nil
+		}
+	}
+	return nil, nil
+}
+
+// Mutate applies the policies that apply to the request, in order, each
+// to the object as the previous ones left it (the request's object as
+// mutated so far: rq.Object()), and sets the result as the request's
+// object. It adds one result per policy to out, and a denial for the
+// errors of policies whose failurePolicy is Fail. A policy that errs
+// leaves the object as it found it. In background scans each policy is
+// evaluated on the stored object alone, and one that would change it
+// fails ("mutation is not applied").
+func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
+	if s.Empty() {
+		return
+	}
+	req := rq.Attributes()
+	background := req.Mode == admission.ModeBackground
+	original := rq.Object()
+	var failures []string
+	for _, e := range s.byResource.Candidates(req.Resource.Resource) {
+		p := e.policy
+		if !applies(p, req) {
+			continue
+		}
+		var r outcome.Result
+		v, err := p.match(rq)
+		switch {
+		case err != nil:
+			r = result(req.Mode, p, outcome.RuleMatch, outcome.Error, "failed to execute matching: "+err.Error(), nil)
+			r.Cause = outcome.CauseMatch
+		case v == nil:
+			continue
+		default:
+			if rq.Traced() {
+				what := "matched the policy's resource rules"
+				if v.config != "" {
+					what = "matched the resource rules of the autogen " + v.config + " variant (pod template at " + v.templatePath + ")"
+				}
+				rq.Note(p.Key(), v.config, outcome.PhaseMatch, "", what)
+			}
+			var mutated map[string]any
+			r, mutated = s.evalVariant(rq, e, v)
+			if mutated != nil {
+				if background {
+					if r.Result == outcome.Pass && !reflect.DeepEqual(mutated, original) {
+						r.Result, r.Message = outcome.Fail, messageNotApplied
+					}
+				} else {
+					rq.SetObject(mutated)
+				}
+			}
+		}
+		r.Expired = e.bound.Expired(rq.Now())
+		if r.Result == outcome.Error && p.failurePolicy == admissionregistrationv1.Fail {
+			failures = append(failures, "Policy "+p.Name+": "+r.Message)
+		}
+		if rq.Traced() {
+			rq.Note(p.Key(), "", outcome.PhaseResult, strings.Join(r.Exceptions(), ", "), r.Result+": "+r.Message)
+		}
+		out.Results = append(out.Results, r)
+	}
+	if len(failures) > 0 {
+		out.Deny(400, "", "Resource: ", req.Namespace, "/", req.Name, ", Kind: ", req.Kind.Kind, ", Errors: [", strings.Join(failures, " "), "]")
+	}
+}
+
+// evalVariant evaluates a matched policy variant on the object as mutated
+// so far: exceptions, matchConditions, the mutations in order (each on the
+// previous one's result), audit annotations. It returns the result and the
+// mutated object (nil when the policy did not apply its mutations: skip,
+// exemption, error).
+func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant) (outcome.Result, map[string]any) {
+	p := v.policy
+	mode := rq.Attributes().Mode
+	if err := rq.Stopped(); err != nil {
+		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, err.Error()+"; the policy was not evaluated", nil)
+		r.Cause = outcome.CauseEvaluation
+		return r, nil
+	}
+	if rq.BudgetSpent() {
+		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", rq.Budget(), rq.Cost()), nil)
+		r.Cause = outcome.CauseEvaluation
+		return r, nil
+	}
+	before := rq.Object()
+	type ret struct {
+		r   outcome.Result
+		obj map[string]any
+	}
+	o := celeval.Run(rq, &v.scope, func(st *celeval.State) ret {
+		// Each run starts from the object the policy found (a rerun with
+		// exact cost tracking discards the first run's mutations).
+		rq.SetObject(before)
+		r, obj := s.evalVariantOnce(rq, e, v, st)
+		return ret{r, obj}
+	})
+	rq.SetObject(before)
+	return o.r, o.obj
+}
+
+func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *celeval.State) (outcome.Result, map[string]any) {
+	p := v.policy
+	mode := rq.Attributes().Mode
+	fail := func(err error) (outcome.Result, map[string]any) {
+		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, evaluationFailed+err.Error(), nil)
+		r.Cause = outcome.CauseEvaluation
+		return r, nil
+	}
+	ver := e.bound.Evaluate(st, p.Namespaced(), admissionregistrationv1.Fail, exception.ErrorStops)
+	if ver.Err != nil {
+		return fail(ver.Err)
+	}
+	if ver.Full {
+		res, msg, props, keys := exception.Exemption(ver.Granted)
+		r := result(mode, p, outcome.RuleException, res, msg, props)
+		r.Cause, r.Granted = outcome.CauseException, keys
+		return r, nil
+	}
+	st.SetExceptions(ver.AllowedImages, ver.AllowedValues)
+	st.Label(outcome.PhaseMatchCondition, "", "")
+	matched, err := st.Match(v.matchConditions, admissionregistrationv1.Fail)
+	if err != nil {
+		return fail(err)
+	}
+	if !matched {
+		r := result(mode, p, "", outcome.Skip, messageSkip, nil)
+		r.Cause = outcome.CauseMatchConditions
+		return r, nil
+	}
+	start := rq.Object()
+	obj := start
+	for i, m := range v.mutations {
+		st.Label(outcome.PhaseMutation, celeval.Index(i), "")
+		val, err := st.Eval(m.prog)
+		if err != nil {
+			return fail(err)
+		}
+		if m.jsonPatch {
+			obj, err = applyJSONPatch(obj, val)
+		} else {
+			obj, err = s.applyConfiguration(obj, val, p.allowAtomic)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		rq.SetObject(obj)
+	}
+	if err := checkIdentity(start, obj); err != nil {
+		return fail(err)
+	}
+	annotations, err := auditAnnotations(st, v)
+	if err != nil {
+		return fail(err)
+	}
+	return result(mode, p, "", outcome.Pass, messageSuccess, annotations), obj
+}
+
+func auditAnnotations(st *celeval.State, v *variant) (map[string]string, error) {
+	if len(v.auditAnnotations) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(v.auditAnnotations))
+	for _, a := range v.auditAnnotations {
+		st.Label(outcome.PhaseAuditAnnotation, a.key, "")
+		val, err := st.Eval(a.prog)
+		if err != nil {
+			return nil, fmt.Errorf("failed to evaluate auditAnnotation %q: %w", a.key, err)
+		}
+		s, err := celeval.AsString(val)
+		if err != nil {
+			return nil, fmt.Errorf("failed to convert auditAnnotation %q expression: %w", a.key, err)
+		}
+		if s != "" {
+			out[a.key] = s
+		}
+	}
+	return out, nil
+}
+
+// checkIdentity refuses a mutated object that is not the same object: its
+// apiVersion, kind, name, namespace or uid changed (a patch may not turn
+// the admitted object into another one).
+func checkIdentity(before, after map[string]any) error {
+	str := func(m map[string]any, path ...string) string {
+		var cur any = m
+		for _, k := range path {
+			mm, ok := cur.(map[string]any)
+			if !ok {
+				return ""
+			}
+			cur = mm[k]
+		}
+		s, _ := cur.(string)
+		return s
+	}
+	for _, path := range [][]string{{"apiVersion"}, {"kind"}, {"metadata", "name"}, {"metadata", "namespace"}, {"metadata", "uid"}} {
+		if b, a := str(before, path...), str(after, path...); b != a {
+			return fmt.Errorf("the mutation changed %s from %q to %q: a mutation may not turn the object into another one", strings.Join(path, "."), b, a)
+		}
+	}
+	return nil
+}
+
+// applyJSONPatch applies the JSON patch a mutation evaluated to, as
+// kube-apiserver's JSON patcher turns it into one
+// (k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch).
+func applyJSONPatch(obj map[string]any, val ref.Val) (map[string]any, error) {
+	ops, err := JSONPatchOps(val)
+	if err != nil {
+		return nil, err
+	}
+	return patch.ApplyJSONPatch(obj, ops)
+}
+
+// JSONPatchOps converts the value of a JSONPatch expression (a list of
+// JSONPatch) into patch operations, with values as JSON-shaped data.
+func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
+	iter, ok := val.(traits.Lister)
+	if !ok {
+		return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array")
+	}
+	var ops []patch.Op
+	for it := iter.Iterator(); it.HasNext() == types.True; {
+		v := it.Next()
+		native, err := v.ConvertToNative(reflect.TypeFor[*mutation.JSONPatchVal]())
+		if err != nil {
+			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch: %w", err)
+		}
+		jp, ok := native.(*mutation.JSONPatchVal)
+		if !ok {
+			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch, got element of %T", native)
+		}
+		op := patch.Op{Op: jp.Op, Path: jp.Path, From: jp.From}
+		if jp.Val != nil {
+			if ov, ok := jp.Val.(*dynamic.ObjectVal); ok {
+				if err := ov.CheckTypeNamesMatchFieldPathNames(); err != nil {
+					return nil, fmt.Errorf("type mismatch: %w", err)
+				}
+			}
+			if op.Value, err = celeval.ToJSON(jp.Val); err != nil {
+				return nil, fmt.Errorf("JSONPath valueExpression evaluated to a type that could not marshal to JSON: %w", err)
+			}
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// applyConfiguration merges the apply configuration a mutation evaluated
+// to, as kube-apiserver's apply configuration patcher does.
+func (s *Set) applyConfiguration(obj map[string]any, val ref.Val, allowAtomic bool) (map[string]any, error) {
+	ov, ok := val.(*dynamic.ObjectVal)
+	if !ok {
+		return nil, fmt.Errorf("unsupported return type from ApplyConfiguration expression: %v", val.Type())
+	}
+	if err := ov.CheckTypeNamesMatchFieldPathNames(); err != nil {
+		return nil, fmt.Errorf("type mismatch: %w", err)
+	}
+	ac, ok := ov.Value().(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("invalid return type: %T", ov.Value())
+	}
+	if s.apply == nil {
+		return nil, errors.New("error applying patch: type converter must not be nil")
+	}
+	// The apply configuration is of the object's kind.
+	ac["apiVersion"], ac["kind"] = obj["apiVersion"], obj["kind"]
+	out, err := s.apply.Apply(obj, ac, allowAtomic)
+	if err != nil {
+		return nil, fmt.Errorf("error applying patch: %w", err)
+	}
+	return out, nil
+}
+
+func result(mode admission.Mode, p *Policy, rule, res, message string, props map[string]string) outcome.Result {
+	r := outcome.Result{
+		Policy:          p.Key(),
+		PolicyName:      p.Name,
+		PolicyNamespace: p.Namespace,
+		PolicyKind:      p.Kind,
+		Rule:            rule,
+		Result:          res,
+		Message:         message,
+		Properties:      props,
+		Source:          outcome.SourceMutatingPolicy,
+		Scored:          true,
+	}
+	proc := process(mode, p)
+	if r.Properties == nil {
+		r.Properties = processProps[proc]
+	} else if proc != "" {
+		r.Properties[outcome.PropProcess] = proc
+	}
+	return r
+}
+
+// processProps are the read-only properties of results that carry only the process.
+var processProps = map[string]map[string]string{
+	"admission review": {outcome.PropProcess: "admission review"},
+	"background scan":  {outcome.PropProcess: "background scan"},
+	"":                 {},
+}
+
+func process(mode admission.Mode, p *Policy) string {
+	switch mode {
+	case admission.ModeAdmission:
+		return "admission review"
+	case admission.ModeBackground:
+		return "background scan"
+	}
+	if p.Spec.BackgroundEnabled() {
+		return "background scan"
+	}
+	if p.Spec.AdmissionEnabled() {
+		return "admission review"
+	}
+	return ""
+}

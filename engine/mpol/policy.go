@@ -1,0 +1,330 @@
+package mpol
+
+import (
+	"fmt"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/autogen"
+	"github.com/arbiter-pdp/arbiter/engine/celenv"
+	"github.com/arbiter-pdp/arbiter/engine/celeval"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+)
+
+// Policy is a compiled MutatingPolicy or NamespacedMutatingPolicy. It is
+// immutable.
+type Policy struct {
+	Kind      string
+	Namespace string
+	Name      string
+	Source    string
+	Spec      *MutatingPolicySpec
+	// Labels and Annotations of the policy.
+	Labels      map[string]string
+	Annotations map[string]string
+
+	failurePolicy admissionregistrationv1.FailurePolicyType
+	allowAtomic   bool
+	// variants are the policy itself, then its autogen configurations
+	// (cronjobs, defaults), in that order.
+	variants []*variant
+	// target is the compiled targetMatchConstraints (nil: none).
+	target *target
+}
+
+// target is what a mutate-existing policy mutates.
+type target struct {
+	match *admission.Matcher // nil when only an expression selects
+	expr  *celeval.Program
+	// conditions are the targetMatchConditions, evaluated on each target
+	// instead of the matchConditions.
+	conditions []*celeval.Program
+}
+
+// Key returns the policy's report name: the name for cluster policies,
+// namespace/name for namespaced ones.
+func (p *Policy) Key() string {
+	if p.Namespace != "" {
+		return p.Namespace + "/" + p.Name
+	}
+	return p.Name
+}
+
+// Namespaced says whether this is a NamespacedMutatingPolicy.
+func (p *Policy) Namespaced() bool { return p.Kind == kyvernoapi.KindNamespacedMutatingPolicy }
+
+// MutateExisting says whether the policy mutates existing resources
+// (targetMatchConstraints, evaluation.mutateExisting).
+func (p *Policy) MutateExisting() bool { return p.Spec.IsMutateExisting() }
+
+// variant is the policy, or one autogen configuration of it, compiled.
+type variant struct {
+	policy *Policy
+	// config is "" for the policy itself, else "defaults" or "cronjobs".
+	config           string
+	templatePath     string
+	match            *admission.Matcher
+	matchConditions  []*celeval.Program
+	mutations        []*mutationProg
+	auditAnnotations []*auditAnnotation
+	// scope is what the variant's expressions are evaluated in (its variables).
+	scope celeval.Scope
+}
+
+// mutationProg is one compiled mutation.
+type mutationProg struct {
+	jsonPatch bool
+	prog      *celeval.Program
+}
+
+type auditAnnotation struct {
+	key  string
+	prog *celeval.Program
+}
+
+var (
+	objectType    = types.NewObjectType(celenv.ApplyConfigurationTypeName)
+	jsonPatchList = types.NewListType(types.NewObjectType("JSONPatch"))
+	targetMapType = types.NewMapType(types.StringType, types.DynType)
+)
+
+// Compile loads and compiles one MutatingPolicy or NamespacedMutatingPolicy.
+func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError) {
+	if !kyvernoapi.Versions[o.VersionOnly()] {
+		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of %s (supported: %s)", o.APIVersion, o.Kind, kyvernoapi.VersionsText)
+	}
+	var mp MutatingPolicy
+	if err := manifest.DecodeStrict(o, &mp); err != nil {
+		return nil, err
+	}
+	if mp.Name == "" {
+		return nil, manifest.Errorf(o, "metadata.name", "required")
+	}
+	spec := &mp.Spec
+	p := &Policy{
+		Kind:          o.Kind,
+		Namespace:     mp.Namespace,
+		Name:          mp.Name,
+		Source:        o.Source,
+		Spec:          spec,
+		Labels:        mp.Labels,
+		Annotations:   mp.Annotations,
+		failurePolicy: spec.GetFailurePolicy(),
+		allowAtomic:   spec.UseServerSideApply(),
+	}
+	if p.Kind == kyvernoapi.KindMutatingPolicy {
+		p.Namespace = ""
+	} else if p.Namespace == "" {
+		p.Namespace = "default"
+	}
+	switch p.failurePolicy {
+	case admissionregistrationv1.Fail, admissionregistrationv1.Ignore:
+	default:
+		return nil, manifest.Errorf(o, "spec.failurePolicy", "unsupported value %q: supported values: \"Fail\", \"Ignore\"", p.failurePolicy)
+	}
+	switch spec.GetReinvocationPolicy() {
+	case admissionregistrationv1.NeverReinvocationPolicy, admissionregistrationv1.IfNeededReinvocationPolicy:
+	default:
+		return nil, manifest.Errorf(o, "spec.reinvocationPolicy", "unsupported value %q: supported values: \"IfNeeded\", \"Never\"", spec.ReinvocationPolicy)
+	}
+	if m := spec.EvaluationMode(); m != kyvernoapi.EvaluationModeKubernetes {
+		return nil, manifest.Errorf(o, "spec.evaluation.mode", "unsupported value %q: a MutatingPolicy mutates Kubernetes admission requests only (supported values: \"Kubernetes\")", m)
+	}
+	if spec.MatchConstraints == nil || len(spec.MatchConstraints.ResourceRules) == 0 {
+		return nil, manifest.Errorf(o, "spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
+	}
+	if !spec.AdmissionEnabled() && !spec.MutateExistingEnabled() {
+		return nil, manifest.Errorf(o, "spec.evaluation", "disabling both admission and mutateExisting evaluation modes is not allowed")
+	}
+	if n := len(spec.MatchConditions); n > 64 {
+		return nil, manifest.Errorf(o, "spec.matchConditions", "too many: %d, must have at most 64 items", n)
+	}
+	for i, m := range spec.Mutations {
+		switch m.PatchType {
+		case admissionregistrationv1.PatchTypeApplyConfiguration, admissionregistrationv1.PatchTypeJSONPatch:
+		default:
+			return nil, manifest.Errorf(o, fmt.Sprintf("spec.mutations[%d].patchType", i), "unsupported value %q: supported values: \"ApplyConfiguration\", \"JSONPatch\"", m.PatchType)
+		}
+	}
+	base, lerr := compileVariant(env, o, p, autogen.Config{}, spec.MatchConstraints, spec.MatchConditions, spec.Mutations)
+	if lerr != nil {
+		return nil, lerr
+	}
+	p.variants = append(p.variants, base)
+	var pc *kyvernoapi.PodControllers
+	if spec.Autogen != nil {
+		pc = spec.Autogen.PodControllers
+	}
+	for _, cfg := range autogen.Configs(spec.MatchConstraints, pc) {
+		// Kyverno rewrites matchConditions and apply configurations only.
+		conds := make([]admissionregistrationv1.MatchCondition, len(spec.MatchConditions))
+		for i, mc := range spec.MatchConditions {
+			conds[i] = mc
+			conds[i].Expression = cfg.RewriteMutation(mc.Expression)
+		}
+		muts := make([]admissionregistrationv1.Mutation, len(spec.Mutations))
+		for i, m := range spec.Mutations {
+			muts[i] = m
+			if m.ApplyConfiguration != nil {
+				ac := *m.ApplyConfiguration
+				ac.Expression = cfg.RewriteMutation(ac.Expression)
+				muts[i].ApplyConfiguration = &ac
+			}
+		}
+		v, lerr := compileVariant(env, o, p, cfg, cfg.Match, conds, muts)
+		if lerr != nil {
+			lerr.Detail = fmt.Sprintf("autogen %s: %s", cfg.Name, lerr.Detail)
+			return nil, lerr
+		}
+		p.variants = append(p.variants, v)
+	}
+	if t := spec.TargetMatchConstraints; t != nil {
+		p.target = &target{}
+		if len(t.ResourceRules) > 0 {
+			m, field, err := admission.CompileMatch(&t.MatchResources, "spec.targetMatchConstraints")
+			if err != nil {
+				return nil, manifest.Errorf(o, field, "%v", err)
+			}
+			p.target.match = m
+		}
+		penv, err := env.ForMutatingPolicy(p.Namespaced())
+		if err != nil {
+			return nil, manifest.Errorf(o, "spec", "%v", err)
+		}
+		bounds := map[string]celeval.SizeBounds{}
+		for i, vr := range spec.Variables {
+			_, ast, err := celeval.Compile(penv.Pair, vr.Expression, nil, bounds)
+			if err != nil {
+				return nil, manifest.Errorf(o, fmt.Sprintf("spec.variables[%d].expression", i), "%v", err)
+			}
+			penv.DeclareVariable(vr.Name, ast.OutputType())
+		}
+		if t.Expression != "" {
+			prg, ast, err := celeval.Compile(penv.Pair, t.Expression, nil, bounds)
+			if err != nil {
+				return nil, manifest.Errorf(o, "spec.targetMatchConstraints.expression", "%v", err)
+			}
+			if out := ast.OutputType(); !out.IsExactType(targetMapType) && !out.IsExactType(types.DynType) {
+				return nil, manifest.Errorf(o, "spec.targetMatchConstraints.expression", "output type must be a map")
+			}
+			p.target.expr = prg
+		}
+		for i, mc := range spec.TargetMatchConditions {
+			prg, _, err := celeval.Compile(penv.Pair, mc.Expression, types.BoolType, bounds)
+			if err != nil {
+				return nil, manifest.Errorf(o, fmt.Sprintf("spec.targetMatchConditions[%d].expression", i), "%v", err)
+			}
+			p.target.conditions = append(p.target.conditions, prg)
+		}
+	}
+	return p, nil
+}
+
+func compileVariant(env *celenv.Env, o *manifest.Object, p *Policy, cfg autogen.Config,
+	match *admissionregistrationv1.MatchResources, conds []admissionregistrationv1.MatchCondition, muts []admissionregistrationv1.Mutation) (*variant, *manifest.LoadError) {
+	spec := p.Spec
+	v := &variant{policy: p, config: cfg.Name, templatePath: cfg.TemplatePath}
+	v.scope = celeval.Scope{Policy: p.Key(), Variant: cfg.Name, Namespace: p.Namespace}
+	m, field, err := admission.CompileMatch(match, "spec.matchConstraints")
+	if err != nil {
+		return nil, manifest.Errorf(o, field, "%v", err)
+	}
+	v.match = m
+	penv, err := env.ForMutatingPolicy(p.Namespaced())
+	if err != nil {
+		return nil, manifest.Errorf(o, "spec", "%v", err)
+	}
+	bounds := map[string]celeval.SizeBounds{}
+	compile := func(field, expr string, want *types.Type, wantName string) (*celeval.Program, *cel.Ast, *manifest.LoadError) {
+		prg, ast, err := celeval.Compile(penv.Pair, expr, nil, bounds)
+		if err != nil {
+			return nil, nil, manifest.Errorf(o, field, "%v", err)
+		}
+		if want != nil && !ast.OutputType().IsExactType(want) {
+			return nil, nil, manifest.Errorf(o, field, "output is expected to be of type %s", wantName)
+		}
+		return prg, ast, nil
+	}
+	// Variables first: Kyverno lets matchConditions read them.
+	seen := map[string]bool{}
+	for i, vr := range spec.Variables {
+		if vr.Name == "" {
+			return nil, manifest.Errorf(o, fmt.Sprintf("spec.variables[%d].name", i), "required")
+		}
+		if seen[vr.Name] {
+			return nil, manifest.Errorf(o, fmt.Sprintf("spec.variables[%d].name", i), "duplicate variable %q", vr.Name)
+		}
+		seen[vr.Name] = true
+		prg, ast, lerr := compile(fmt.Sprintf("spec.variables[%d].expression", i), vr.Expression, nil, "")
+		if lerr != nil {
+			return nil, lerr
+		}
+		penv.DeclareVariable(vr.Name, ast.OutputType())
+		bounds[vr.Name] = celeval.VarBound(ast, bounds)
+		v.scope.Variables = append(v.scope.Variables, celeval.Variable{Name: vr.Name, Prog: prg})
+	}
+	for i, mc := range conds {
+		prg, _, lerr := compile(fmt.Sprintf("spec.matchConditions[%d].expression", i), mc.Expression, types.BoolType, "bool")
+		if lerr != nil {
+			return nil, lerr
+		}
+		v.matchConditions = append(v.matchConditions, prg)
+	}
+	for i, m := range muts {
+		switch {
+		case m.PatchType == admissionregistrationv1.PatchTypeApplyConfiguration && m.ApplyConfiguration != nil:
+			prg, _, lerr := compile(fmt.Sprintf("spec.mutations[%d].applyConfiguration.expression", i), m.ApplyConfiguration.Expression, objectType, "Object")
+			if lerr != nil {
+				return nil, lerr
+			}
+			v.mutations = append(v.mutations, &mutationProg{prog: prg})
+		case m.PatchType == admissionregistrationv1.PatchTypeJSONPatch && m.JSONPatch != nil:
+			prg, _, lerr := compile(fmt.Sprintf("spec.mutations[%d].jsonPatch.expression", i), m.JSONPatch.Expression, jsonPatchList, "list")
+			if lerr != nil {
+				return nil, lerr
+			}
+			v.mutations = append(v.mutations, &mutationProg{jsonPatch: true, prog: prg})
+		}
+		// A mutation without the field its patchType names is dropped, as
+		// Kyverno's compiler drops it.
+	}
+	for i, aa := range spec.AuditAnnotations {
+		field := fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i)
+		prg, ast, lerr := compile(field, aa.ValueExpression, nil, "")
+		if lerr != nil {
+			return nil, lerr
+		}
+		if t := ast.OutputType(); !t.IsExactType(types.StringType) && !t.IsExactType(types.NullType) {
+			return nil, manifest.Errorf(o, field, "output is expected to be either of type string or null_type")
+		}
+		v.auditAnnotations = append(v.auditAnnotations, &auditAnnotation{key: aa.Key, prog: prg})
+	}
+	return v, nil
+}
+
+// Resources returns the resources the policy's rules (and autogen
+// variants) name, as group/version/resource.
+func (p *Policy) Resources() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range p.variants {
+		out = v.match.Resources(seen, out)
+	}
+	return out
+}
+
+// AutogenConfigs returns the autogen configurations the policy is also
+// compiled for (cronjobs, defaults).
+func (p *Policy) AutogenConfigs() []string {
+	var out []string
+	for _, v := range p.variants {
+		if v.config != "" {
+			out = append(out, v.config)
+		}
+	}
+	return out
+}

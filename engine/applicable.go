@@ -5,6 +5,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -22,6 +23,9 @@ type Applicable struct {
 	// configuration that matched.
 	Policy  *vpol.Policy
 	Variant string
+	// MutatingPolicy is set for a Kyverno MutatingPolicy or
+	// NamespacedMutatingPolicy (Variant as for Policy).
+	MutatingPolicy *mpol.Policy
 	// VAP is set for a ValidatingAdmissionPolicy: its bindings are those
 	// whose matchResources select the request.
 	VAP *vap.Info
@@ -36,12 +40,15 @@ type Applicable struct {
 }
 
 // Applicable returns the policies that apply to the request, in
-// evaluation order, by the same gates and matching as Evaluate, without
+// evaluation order (mutating, then validating), by the same gates and matching as Evaluate, without
 // evaluating their validations; with evaluate, each bound exception's
 // matchConditions are evaluated against the request's object. opts may be nil.
 func (ps *PolicySet) Applicable(ctx context.Context, req *admission.Request, evaluate bool, opts *EvalOptions) []Applicable {
 	rq := ps.newRequest(ctx, req, opts)
 	var out []Applicable
+	for _, m := range ps.mutators {
+		out = m.applicable(rq, evaluate, out)
+	}
 	for _, k := range ps.validators {
 		out = k.applicable(rq, evaluate, out)
 	}

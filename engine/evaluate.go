@@ -88,6 +88,8 @@ type mutator interface {
 	// mutated so far (rq.Object(), which it updates), adding its results
 	// and denials to out.
 	mutate(rq *celeval.Request, out *outcome.Outcome)
+	// applicable appends the kind's policies that apply to the request.
+	applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable
 }
 
 // kind is one policy kind's part of a PolicySet, in the admission pipeline.
@@ -177,6 +179,17 @@ func (d *Decision) merge() {
 type mpolKind struct{ set *mpol.Set }
 
 func (k mpolKind) mutate(rq *celeval.Request, out *outcome.Outcome) { k.set.Mutate(rq, out) }
+
+func (k mpolKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable {
+	for _, a := range k.set.Applicable(rq, evaluate) {
+		ap := Applicable{Kind: a.Policy.Kind, Name: a.Policy.Name, Namespace: a.Policy.Namespace, MutatingPolicy: a.Policy, Variant: a.Variant, Exceptions: a.Exceptions}
+		if a.MatchError != nil {
+			ap.MatchError = "failed to execute matching: " + a.MatchError.Error()
+		}
+		out = append(out, ap)
+	}
+	return out
+}
 
 // The validating kinds.
 

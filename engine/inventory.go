@@ -6,6 +6,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/export"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -17,6 +18,15 @@ import (
 // Policies returns the compiled Kyverno ValidatingPolicies and
 // NamespacedValidatingPolicies, in evaluation order.
 func (ps *PolicySet) Policies() []*vpol.Policy { return ps.vpol.Policies() }
+
+// MutatingPolicies returns the compiled Kyverno MutatingPolicies and
+// NamespacedMutatingPolicies, in evaluation order.
+func (ps *PolicySet) MutatingPolicies() []*mpol.Policy { return ps.mpol.Policies() }
+
+// MutatingPolicyExceptions returns the exceptions bound to a MutatingPolicy.
+func (ps *PolicySet) MutatingPolicyExceptions(p *mpol.Policy) []*exception.Exception {
+	return ps.mpol.ExceptionsFor(p)
+}
 
 // Exceptions returns the compiled exceptions, in order.
 func (ps *PolicySet) Exceptions() []*exception.Exception { return ps.exceptions }
@@ -38,7 +48,7 @@ func (ps *PolicySet) HasPolicy(kind, name string) bool {
 	if kind == psa.KindPodSecurity {
 		return psa.IsLevel(name)
 	}
-	return ps.vpol.Has(kind, name)
+	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name)
 }
 
 // IsParam says whether o is one of the set's params (an object of a kind a

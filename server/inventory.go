@@ -13,6 +13,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
@@ -43,6 +44,15 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 			continue
 		}
 		resp.Policies = append(resp.Policies, s.policyInfo(snap, p, !in.GetWithoutManifests()))
+	}
+	for _, p := range snap.Set.MutatingPolicies() {
+		if in.GetKind() != "" && p.Kind != in.GetKind() || in.GetNamespace() != "" && p.Namespace != in.GetNamespace() || in.GetAction() != "" {
+			continue
+		}
+		if sel != nil && !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		resp.Policies = append(resp.Policies, s.mutatingPolicyInfo(snap, p, !in.GetWithoutManifests()))
 	}
 	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == vap.KindPolicy) {
 		for _, v := range snap.Set.VAPInfos() {
@@ -75,7 +85,7 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 // filter: Kyverno policies, ValidatingAdmissionPolicies and Pod Security
 // levels.
 func policyCount(set *engine.PolicySet) int {
-	return len(set.Policies()) + len(set.VAPInfos()) + len(set.PodSecurityInfos())
+	return len(set.Policies()) + len(set.MutatingPolicies()) + len(set.VAPInfos()) + len(set.PodSecurityInfos())
 }
 
 // podSecurityInfo describes a Pod Security level as a policy of kind
@@ -174,6 +184,15 @@ func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyR
 		if p.Kind == kind && p.Name == in.GetName() && (kind != kyvernoapi.KindNamespacedValidatingPolicy || p.Namespace == in.GetNamespace()) {
 			resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.policyInfo(snap, p, true)}
 			for _, ex := range snap.Set.ExceptionsFor(p) {
+				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
+			}
+			return resp, nil
+		}
+	}
+	for _, p := range snap.Set.MutatingPolicies() {
+		if p.Kind == kind && p.Name == in.GetName() && (!p.Namespaced() || p.Namespace == in.GetNamespace()) {
+			resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.mutatingPolicyInfo(snap, p, true)}
+			for _, ex := range snap.Set.MutatingPolicyExceptions(p) {
 				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
 			}
 			return resp, nil
@@ -286,6 +305,8 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 			ap.Policy = s.podSecurityInfo(snap, *a.PodSecurity, false)
 		case a.VAP != nil:
 			ap.Policy = s.vapInfo(snap, *a.VAP, false)
+		case a.MutatingPolicy != nil:
+			ap.Policy = s.mutatingPolicyInfo(snap, a.MutatingPolicy, false)
 		default:
 			ap.Policy = s.policyInfo(snap, a.Policy, false)
 		}
@@ -333,6 +354,23 @@ func (s *Server) policyInfo(snap *Snapshot, p *vpol.Policy, manifest bool) *arbi
 		info.Actions = append(info.Actions, string(a))
 	}
 	for _, ex := range snap.Set.ExceptionsFor(p) {
+		info.Exceptions = append(info.Exceptions, ex.Key())
+	}
+	if manifest {
+		info.ManifestJson = s.manifest(snap, store.Key{Group: kyvernoapi.Group, Kind: p.Kind, Namespace: p.Namespace, Name: p.Name})
+	}
+	return info
+}
+
+// mutatingPolicyInfo describes a MutatingPolicy: it has no validation
+// actions; it is admission-enabled when it mutates admitted objects.
+func (s *Server) mutatingPolicyInfo(snap *Snapshot, p *mpol.Policy, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{
+		Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Annotations: p.Annotations,
+		AdmissionEnabled: p.Spec.AdmissionEnabled() && p.Spec.TargetMatchConstraints == nil, BackgroundEnabled: p.Spec.BackgroundEnabled(),
+		Resources: p.Resources(), Autogen: p.AutogenConfigs(),
+	}
+	for _, ex := range snap.Set.MutatingPolicyExceptions(p) {
 		info.Exceptions = append(info.Exceptions, ex.Key())
 	}
 	if manifest {

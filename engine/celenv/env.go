@@ -318,7 +318,12 @@ type PolicyEnv struct {
 
 // ForPolicy returns a fresh policy environment.
 func (e *Env) ForPolicy(namespaced bool) (*PolicyEnv, error) {
-	base := e.Base(namespaced)
+	return NewPolicyEnv(e.Base(namespaced))
+}
+
+// NewPolicyEnv returns a fresh policy environment on base, an environment
+// pair that declares `variables` (the admission environments, Authz's).
+func NewPolicyEnv(base Pair) (*PolicyEnv, error) {
 	fields := &variableFields{m: map[string]*types.Type{}}
 	extend := func(env *cel.Env) (*cel.Env, error) {
 		vp := &variablesProvider{inner: env.CELTypeProvider(), adapter: env.CELTypeAdapter(), fields: fields}

@@ -133,6 +133,67 @@ func (Mode) EnumDescriptor() ([]byte, []int) {
 	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{1}
 }
 
+// Payload says what a request's object is: an admission object, or an
+// authorization request of the Kyverno Authz Server, which only the
+// ValidatingPolicies of that evaluation mode (spec.evaluation.mode Envoy or
+// HTTP) evaluate.
+type Payload int32
+
+const (
+	// Unset: an admission object (a Kubernetes object, or the JSON payload of
+	// JSON-mode policies), evaluated by the admission policies.
+	Payload_PAYLOAD_UNSPECIFIED Payload = 0
+	// An Envoy external-authorization CheckRequest (envoy.service.auth.v3),
+	// in protobuf's JSON mapping (field names in lowerCamelCase or as in the
+	// .proto): evaluated by the ValidatingPolicies in Envoy mode only.
+	Payload_PAYLOAD_ENVOY_CHECK_REQUEST Payload = 1
+	// The Kyverno Authz Server's HTTP CheckRequest
+	// ({"attributes": {"method", "header", "path", "query", "body", ...}}, body
+	// in base64): evaluated by the ValidatingPolicies in HTTP mode only.
+	Payload_PAYLOAD_HTTP_CHECK_REQUEST Payload = 2
+)
+
+// Enum value maps for Payload.
+var (
+	Payload_name = map[int32]string{
+		0: "PAYLOAD_UNSPECIFIED",
+		1: "PAYLOAD_ENVOY_CHECK_REQUEST",
+		2: "PAYLOAD_HTTP_CHECK_REQUEST",
+	}
+	Payload_value = map[string]int32{
+		"PAYLOAD_UNSPECIFIED":         0,
+		"PAYLOAD_ENVOY_CHECK_REQUEST": 1,
+		"PAYLOAD_HTTP_CHECK_REQUEST":  2,
+	}
+)
+
+func (x Payload) Enum() *Payload {
+	p := new(Payload)
+	*p = x
+	return p
+}
+
+func (x Payload) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Payload) Descriptor() protoreflect.EnumDescriptor {
+	return file_arbiter_v1_decision_proto_enumTypes[2].Descriptor()
+}
+
+func (Payload) Type() protoreflect.EnumType {
+	return &file_arbiter_v1_decision_proto_enumTypes[2]
+}
+
+func (x Payload) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Payload.Descriptor instead.
+func (Payload) EnumDescriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{2}
+}
+
 // GroupVersionKind names a kind.
 type GroupVersionKind struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -413,8 +474,12 @@ type DecideRequest struct {
 	RequestKind        *GroupVersionKind     `protobuf:"bytes,18,opt,name=request_kind,json=requestKind,proto3" json:"request_kind,omitempty"`
 	RequestResource    *GroupVersionResource `protobuf:"bytes,19,opt,name=request_resource,json=requestResource,proto3" json:"request_resource,omitempty"`
 	RequestSubResource string                `protobuf:"bytes,20,opt,name=request_sub_resource,json=requestSubResource,proto3" json:"request_sub_resource,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// What object (object_json) is. For an Envoy or HTTP CheckRequest, only
+	// object, min_revision and uid are read; the response carries the
+	// authorization response.
+	Payload       Payload `protobuf:"varint,21,opt,name=payload,proto3,enum=arbiter.v1.Payload" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
@@ -585,6 +650,13 @@ func (x *DecideRequest) GetRequestSubResource() string {
 		return x.RequestSubResource
 	}
 	return ""
+}
+
+func (x *DecideRequest) GetPayload() Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return Payload_PAYLOAD_UNSPECIFIED
 }
 
 // PolicyResult is one policy's verdict on the request, in PolicyReport terms.
@@ -804,9 +876,19 @@ type DecideResponse struct {
 	Revision uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	Digest   string `protobuf:"bytes,7,opt,name=digest,proto3" json:"digest,omitempty"`
 	// Unique id of this decision (decision log, traces).
-	DecisionId    string `protobuf:"bytes,8,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DecisionId string `protobuf:"bytes,8,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
+	// For an Envoy or HTTP CheckRequest (DecideRequest.payload): the
+	// authorization response the Kyverno Authz Server would give, as JSON —
+	// for Envoy a CheckResponse (envoy.service.auth.v3) in protobuf's JSON
+	// mapping, for HTTP the response the server writes ({"status": N,
+	// "body": "..."}). It is that of authorization_policy, the first policy
+	// (by name) that responded or failed; with none, the default response
+	// ({} for Envoy, {"status": 200} for HTTP), which allows. allowed and
+	// status follow it.
+	AuthorizationResponseJson []byte `protobuf:"bytes,9,opt,name=authorization_response_json,json=authorizationResponseJson,proto3" json:"authorization_response_json,omitempty"`
+	AuthorizationPolicy       string `protobuf:"bytes,10,opt,name=authorization_policy,json=authorizationPolicy,proto3" json:"authorization_policy,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *DecideResponse) Reset() {
@@ -891,6 +973,20 @@ func (x *DecideResponse) GetDigest() string {
 func (x *DecideResponse) GetDecisionId() string {
 	if x != nil {
 		return x.DecisionId
+	}
+	return ""
+}
+
+func (x *DecideResponse) GetAuthorizationResponseJson() []byte {
+	if x != nil {
+		return x.AuthorizationResponseJson
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetAuthorizationPolicy() string {
+	if x != nil {
+		return x.AuthorizationPolicy
 	}
 	return ""
 }
@@ -1729,7 +1825,7 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x16.arbiter.v1.StringListR\x05value:\x028\x01\"$\n" +
 	"\n" +
 	"StringList\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\tR\x06values\"\x99\a\n" +
+	"\x06values\x18\x01 \x03(\tR\x06values\"\xc8\a\n" +
 	"\rDecideRequest\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06object\x126\n" +
 	"\n" +
@@ -1753,7 +1849,8 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\aoptions\x18\x11 \x01(\v2\x17.google.protobuf.StructR\aoptions\x12?\n" +
 	"\frequest_kind\x18\x12 \x01(\v2\x1c.arbiter.v1.GroupVersionKindR\vrequestKind\x12K\n" +
 	"\x10request_resource\x18\x13 \x01(\v2 .arbiter.v1.GroupVersionResourceR\x0frequestResource\x120\n" +
-	"\x14request_sub_resource\x18\x14 \x01(\tR\x12requestSubResource\"\xb8\x03\n" +
+	"\x14request_sub_resource\x18\x14 \x01(\tR\x12requestSubResource\x12-\n" +
+	"\apayload\x18\x15 \x01(\x0e2\x13.arbiter.v1.PayloadR\apayload\"\xb8\x03\n" +
 	"\fPolicyResult\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1f\n" +
 	"\vpolicy_kind\x18\x02 \x01(\tR\n" +
@@ -1779,7 +1876,7 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x9f\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x92\x04\n" +
 	"\x0eDecideResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x122\n" +
 	"\aresults\x18\x02 \x03(\v2\x18.arbiter.v1.PolicyResultR\aresults\x12\x1a\n" +
@@ -1789,7 +1886,10 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\brevision\x18\x06 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\a \x01(\tR\x06digest\x12\x1f\n" +
 	"\vdecision_id\x18\b \x01(\tR\n" +
-	"decisionId\x1aC\n" +
+	"decisionId\x12>\n" +
+	"\x1bauthorization_response_json\x18\t \x01(\fR\x19authorizationResponseJson\x121\n" +
+	"\x14authorization_policy\x18\n" +
+	" \x01(\tR\x13authorizationPolicy\x1aC\n" +
 	"\x15AuditAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
@@ -1859,7 +1959,11 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_ADMISSION\x10\x01\x12\x13\n" +
-	"\x0fMODE_BACKGROUND\x10\x022\xcb\x02\n" +
+	"\x0fMODE_BACKGROUND\x10\x02*c\n" +
+	"\aPayload\x12\x17\n" +
+	"\x13PAYLOAD_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bPAYLOAD_ENVOY_CHECK_REQUEST\x10\x01\x12\x1e\n" +
+	"\x1aPAYLOAD_HTTP_CHECK_REQUEST\x10\x022\xcb\x02\n" +
 	"\x0fDecisionService\x12V\n" +
 	"\x06Decide\x12\x19.arbiter.v1.DecideRequest\x1a\x1a.arbiter.v1.DecideResponse\"\x15\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
 	"/v1/decide\x12k\n" +
@@ -1878,81 +1982,83 @@ func file_arbiter_v1_decision_proto_rawDescGZIP() []byte {
 	return file_arbiter_v1_decision_proto_rawDescData
 }
 
-var file_arbiter_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_arbiter_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_arbiter_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_arbiter_v1_decision_proto_goTypes = []any{
 	(Operation)(0),               // 0: arbiter.v1.Operation
 	(Mode)(0),                    // 1: arbiter.v1.Mode
-	(*GroupVersionKind)(nil),     // 2: arbiter.v1.GroupVersionKind
-	(*GroupVersionResource)(nil), // 3: arbiter.v1.GroupVersionResource
-	(*UserInfo)(nil),             // 4: arbiter.v1.UserInfo
-	(*StringList)(nil),           // 5: arbiter.v1.StringList
-	(*DecideRequest)(nil),        // 6: arbiter.v1.DecideRequest
-	(*PolicyResult)(nil),         // 7: arbiter.v1.PolicyResult
-	(*Status)(nil),               // 8: arbiter.v1.Status
-	(*DecideResponse)(nil),       // 9: arbiter.v1.DecideResponse
-	(*RevisionInfo)(nil),         // 10: arbiter.v1.RevisionInfo
-	(*BatchItem)(nil),            // 11: arbiter.v1.BatchItem
-	(*WhatIf)(nil),               // 12: arbiter.v1.WhatIf
-	(*DecideBatchRequest)(nil),   // 13: arbiter.v1.DecideBatchRequest
-	(*ItemError)(nil),            // 14: arbiter.v1.ItemError
-	(*ItemResult)(nil),           // 15: arbiter.v1.ItemResult
-	(*ReportSummary)(nil),        // 16: arbiter.v1.ReportSummary
-	(*WhatIfSummary)(nil),        // 17: arbiter.v1.WhatIfSummary
-	(*DecideBatchResponse)(nil),  // 18: arbiter.v1.DecideBatchResponse
-	(*DecideStreamRequest)(nil),  // 19: arbiter.v1.DecideStreamRequest
-	(*DecideStreamResponse)(nil), // 20: arbiter.v1.DecideStreamResponse
-	nil,                          // 21: arbiter.v1.UserInfo.ExtraEntry
-	nil,                          // 22: arbiter.v1.PolicyResult.PropertiesEntry
-	nil,                          // 23: arbiter.v1.DecideResponse.AuditAnnotationsEntry
-	(*structpb.Struct)(nil),      // 24: google.protobuf.Struct
-	(*ObjectKey)(nil),            // 25: arbiter.v1.ObjectKey
+	(Payload)(0),                 // 2: arbiter.v1.Payload
+	(*GroupVersionKind)(nil),     // 3: arbiter.v1.GroupVersionKind
+	(*GroupVersionResource)(nil), // 4: arbiter.v1.GroupVersionResource
+	(*UserInfo)(nil),             // 5: arbiter.v1.UserInfo
+	(*StringList)(nil),           // 6: arbiter.v1.StringList
+	(*DecideRequest)(nil),        // 7: arbiter.v1.DecideRequest
+	(*PolicyResult)(nil),         // 8: arbiter.v1.PolicyResult
+	(*Status)(nil),               // 9: arbiter.v1.Status
+	(*DecideResponse)(nil),       // 10: arbiter.v1.DecideResponse
+	(*RevisionInfo)(nil),         // 11: arbiter.v1.RevisionInfo
+	(*BatchItem)(nil),            // 12: arbiter.v1.BatchItem
+	(*WhatIf)(nil),               // 13: arbiter.v1.WhatIf
+	(*DecideBatchRequest)(nil),   // 14: arbiter.v1.DecideBatchRequest
+	(*ItemError)(nil),            // 15: arbiter.v1.ItemError
+	(*ItemResult)(nil),           // 16: arbiter.v1.ItemResult
+	(*ReportSummary)(nil),        // 17: arbiter.v1.ReportSummary
+	(*WhatIfSummary)(nil),        // 18: arbiter.v1.WhatIfSummary
+	(*DecideBatchResponse)(nil),  // 19: arbiter.v1.DecideBatchResponse
+	(*DecideStreamRequest)(nil),  // 20: arbiter.v1.DecideStreamRequest
+	(*DecideStreamResponse)(nil), // 21: arbiter.v1.DecideStreamResponse
+	nil,                          // 22: arbiter.v1.UserInfo.ExtraEntry
+	nil,                          // 23: arbiter.v1.PolicyResult.PropertiesEntry
+	nil,                          // 24: arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	(*structpb.Struct)(nil),      // 25: google.protobuf.Struct
+	(*ObjectKey)(nil),            // 26: arbiter.v1.ObjectKey
 }
 var file_arbiter_v1_decision_proto_depIdxs = []int32{
-	21, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
-	24, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
-	24, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
+	22, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
+	25, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
+	25, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
 	0,  // 3: arbiter.v1.DecideRequest.operation:type_name -> arbiter.v1.Operation
-	2,  // 4: arbiter.v1.DecideRequest.kind:type_name -> arbiter.v1.GroupVersionKind
-	3,  // 5: arbiter.v1.DecideRequest.resource:type_name -> arbiter.v1.GroupVersionResource
-	4,  // 6: arbiter.v1.DecideRequest.user_info:type_name -> arbiter.v1.UserInfo
-	24, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
+	3,  // 4: arbiter.v1.DecideRequest.kind:type_name -> arbiter.v1.GroupVersionKind
+	4,  // 5: arbiter.v1.DecideRequest.resource:type_name -> arbiter.v1.GroupVersionResource
+	5,  // 6: arbiter.v1.DecideRequest.user_info:type_name -> arbiter.v1.UserInfo
+	25, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
 	1,  // 8: arbiter.v1.DecideRequest.mode:type_name -> arbiter.v1.Mode
-	24, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
-	2,  // 10: arbiter.v1.DecideRequest.request_kind:type_name -> arbiter.v1.GroupVersionKind
-	3,  // 11: arbiter.v1.DecideRequest.request_resource:type_name -> arbiter.v1.GroupVersionResource
-	22, // 12: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
-	7,  // 13: arbiter.v1.DecideResponse.results:type_name -> arbiter.v1.PolicyResult
-	23, // 14: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
-	8,  // 15: arbiter.v1.DecideResponse.status:type_name -> arbiter.v1.Status
-	6,  // 16: arbiter.v1.BatchItem.request:type_name -> arbiter.v1.DecideRequest
-	25, // 17: arbiter.v1.WhatIf.deletes:type_name -> arbiter.v1.ObjectKey
-	11, // 18: arbiter.v1.DecideBatchRequest.items:type_name -> arbiter.v1.BatchItem
-	12, // 19: arbiter.v1.DecideBatchRequest.what_if:type_name -> arbiter.v1.WhatIf
-	9,  // 20: arbiter.v1.ItemResult.decision:type_name -> arbiter.v1.DecideResponse
-	14, // 21: arbiter.v1.ItemResult.error:type_name -> arbiter.v1.ItemError
-	9,  // 22: arbiter.v1.ItemResult.candidate_decision:type_name -> arbiter.v1.DecideResponse
-	16, // 23: arbiter.v1.ItemResult.report_summary:type_name -> arbiter.v1.ReportSummary
-	15, // 24: arbiter.v1.DecideBatchResponse.items:type_name -> arbiter.v1.ItemResult
-	17, // 25: arbiter.v1.DecideBatchResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
-	11, // 26: arbiter.v1.DecideStreamRequest.item:type_name -> arbiter.v1.BatchItem
-	12, // 27: arbiter.v1.DecideStreamRequest.what_if:type_name -> arbiter.v1.WhatIf
-	11, // 28: arbiter.v1.DecideStreamRequest.items:type_name -> arbiter.v1.BatchItem
-	15, // 29: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
-	17, // 30: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
-	15, // 31: arbiter.v1.DecideStreamResponse.items:type_name -> arbiter.v1.ItemResult
-	5,  // 32: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
-	6,  // 33: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
-	13, // 34: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
-	19, // 35: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
-	9,  // 36: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
-	18, // 37: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
-	20, // 38: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
-	36, // [36:39] is the sub-list for method output_type
-	33, // [33:36] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	25, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
+	3,  // 10: arbiter.v1.DecideRequest.request_kind:type_name -> arbiter.v1.GroupVersionKind
+	4,  // 11: arbiter.v1.DecideRequest.request_resource:type_name -> arbiter.v1.GroupVersionResource
+	2,  // 12: arbiter.v1.DecideRequest.payload:type_name -> arbiter.v1.Payload
+	23, // 13: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
+	8,  // 14: arbiter.v1.DecideResponse.results:type_name -> arbiter.v1.PolicyResult
+	24, // 15: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	9,  // 16: arbiter.v1.DecideResponse.status:type_name -> arbiter.v1.Status
+	7,  // 17: arbiter.v1.BatchItem.request:type_name -> arbiter.v1.DecideRequest
+	26, // 18: arbiter.v1.WhatIf.deletes:type_name -> arbiter.v1.ObjectKey
+	12, // 19: arbiter.v1.DecideBatchRequest.items:type_name -> arbiter.v1.BatchItem
+	13, // 20: arbiter.v1.DecideBatchRequest.what_if:type_name -> arbiter.v1.WhatIf
+	10, // 21: arbiter.v1.ItemResult.decision:type_name -> arbiter.v1.DecideResponse
+	15, // 22: arbiter.v1.ItemResult.error:type_name -> arbiter.v1.ItemError
+	10, // 23: arbiter.v1.ItemResult.candidate_decision:type_name -> arbiter.v1.DecideResponse
+	17, // 24: arbiter.v1.ItemResult.report_summary:type_name -> arbiter.v1.ReportSummary
+	16, // 25: arbiter.v1.DecideBatchResponse.items:type_name -> arbiter.v1.ItemResult
+	18, // 26: arbiter.v1.DecideBatchResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	12, // 27: arbiter.v1.DecideStreamRequest.item:type_name -> arbiter.v1.BatchItem
+	13, // 28: arbiter.v1.DecideStreamRequest.what_if:type_name -> arbiter.v1.WhatIf
+	12, // 29: arbiter.v1.DecideStreamRequest.items:type_name -> arbiter.v1.BatchItem
+	16, // 30: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
+	18, // 31: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	16, // 32: arbiter.v1.DecideStreamResponse.items:type_name -> arbiter.v1.ItemResult
+	6,  // 33: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
+	7,  // 34: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
+	14, // 35: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
+	20, // 36: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
+	10, // 37: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
+	19, // 38: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
+	21, // 39: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
+	37, // [37:40] is the sub-list for method output_type
+	34, // [34:37] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_v1_decision_proto_init() }
@@ -1966,7 +2072,7 @@ func file_arbiter_v1_decision_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_v1_decision_proto_rawDesc), len(file_arbiter_v1_decision_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -137,6 +137,31 @@ func TestAuthorizationPoliciesOverGRPC(t *testing.T) {
 		t.Fatalf("admission: %v", resp)
 	}
 
+	// The inventory lists them.
+	list, err := ts.c.Query.ListPolicies(ctx, &arbiterv1.ListPoliciesRequest{Kind: "ValidatingPolicy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range list.GetPolicies() {
+		names = append(names, p.GetName())
+	}
+	if n := len(names); n < 2 || names[n-2] != "envoy-jwt" || names[n-1] != "http-api-key" {
+		t.Fatalf("ListPolicies: %v", names)
+	}
+	all, err := ts.c.Query.ListPolicies(ctx, &arbiterv1.ListPoliciesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ts.c.Query.GetPolicy(ctx, &arbiterv1.GetPolicyRequest{Name: "envoy-jwt"})
+	if err != nil || got.GetPolicy().GetKind() != "ValidatingPolicy" || !strings.Contains(string(got.GetPolicy().GetManifestJson()), `"mode":"Envoy"`) {
+		t.Fatalf("GetPolicy: %v %v", got, err)
+	}
+	st, err := ts.c.Status(ctx)
+	if err != nil || st.GetPolicies() != uint32(len(all.GetPolicies())) {
+		t.Fatalf("Status: %d policies (%v), want %d", st.GetPolicies(), err, len(all.GetPolicies()))
+	}
+
 	// DecideBatch items carry the authorization response too.
 	batch, err := ts.c.Decision.DecideBatch(ctx, &arbiterv1.DecideBatchRequest{Items: []*arbiterv1.BatchItem{
 		{Name: "guest", Request: &arbiterv1.DecideRequest{ObjectJson: envoyRequest("bearer " + guestToken), Payload: arbiterv1.Payload_PAYLOAD_ENVOY_CHECK_REQUEST}},

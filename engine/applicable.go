@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
@@ -33,7 +34,10 @@ type Applicable struct {
 	// to the request — the modes and versions of the request's namespace,
 	// their actions and resources.
 	PodSecurity *psa.Info
-	Exceptions  []exception.Applicability
+	// Authz is set for an authorization policy (a ValidatingPolicy in
+	// Envoy or HTTP mode), which applies to every request of its mode.
+	Authz      *authz.Policy
+	Exceptions []exception.Applicability
 	// MatchError is the error matching the policy to the request (its
 	// decision result is then an error).
 	MatchError string
@@ -44,12 +48,15 @@ type Applicable struct {
 // evaluating their validations; with evaluate, each bound exception's
 // matchConditions are evaluated against the request's object. opts may be nil.
 func (ps *PolicySet) Applicable(ctx context.Context, req *admission.Request, evaluate bool, opts *EvalOptions) []Applicable {
+	kinds, req, opts := ps.kindsFor(req, opts)
 	rq := ps.newRequest(ctx, req, opts)
 	var out []Applicable
-	for _, m := range ps.mutators {
-		out = m.applicable(rq, evaluate, out)
+	if !req.Shape.Authorization() {
+		for _, m := range ps.mutators {
+			out = m.applicable(rq, evaluate, out)
+		}
 	}
-	for _, k := range ps.validators {
+	for _, k := range kinds {
 		out = k.applicable(rq, evaluate, out)
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -27,6 +28,7 @@ type Compiler struct {
 	policies   map[string]cachedPolicy
 	exceptions map[string]cachedException
 	vap        vap.Cache
+	authz      map[string]cachedAuthz
 	// indexes are the exception indexes of the last compilation, by
 	// policy: a policy whose exceptions are the same (compiled) ones
 	// keeps its index.
@@ -44,6 +46,11 @@ type cachedPolicy struct {
 	mpol    *mpol.Policy
 }
 
+type cachedAuthz struct {
+	version string
+	policy  *authz.Policy
+}
+
 type cachedException struct {
 	version   string
 	exception *exception.Exception
@@ -59,6 +66,7 @@ func NewCompiler() (*Compiler, error) {
 		env:        env,
 		policies:   map[string]cachedPolicy{},
 		exceptions: map[string]cachedException{},
+		authz:      map[string]cachedAuthz{},
 	}, nil
 }
 
@@ -96,7 +104,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
-	var vapObjs, others, psaObjs []*manifest.Object
+	var vapObjs, others, psaObjs, authzObjs []*manifest.Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -133,6 +141,13 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			} else {
 				seen[id] = true
 				vapObjs = append(vapObjs, o)
+			}
+		case ClassAuthzPolicy:
+			if id := o.ID(); seen[id] {
+				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
+			} else {
+				seen[id] = true
+				authzObjs = append(authzObjs, o)
 			}
 		case ClassPodSecurityConfiguration:
 			psaObjs = append(psaObjs, o)
@@ -211,6 +226,9 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	ps.vap, kindErrs = c.vap.Compile(vapObjs, others, ps.namespaces, admission.IsNamespaced)
 	errs = append(errs, kindErrs...)
 	ps.psa, kindErrs = psa.Compile(psaObjs)
+	errs = append(errs, kindErrs...)
+	var authzPols []*authz.Policy
+	authzPols, kindErrs = c.compileAuthz(authzObjs)
 	if errs = append(errs, kindErrs...); len(errs) > 0 {
 		return nil, errs
 	}
@@ -275,8 +293,51 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	c.mu.Unlock()
 	ps.vpol = vpol.NewSet(pols, bounds)
 	ps.mpol = mpol.NewSet(mpols, mbounds, nil)
+	if !opts.KeepOrder {
+		sort.SliceStable(authzPols, func(i, j int) bool { return authzPols[i].Name < authzPols[j].Name })
+	}
+	ps.authz = authz.NewSet(authzPols)
 	ps.finish()
 	return ps, nil
+}
+
+// compileAuthz compiles the authorization policies (cached by identity
+// and version), in the order given. The CEL environments of the
+// authorization modes are built on first use.
+func (c *Compiler) compileAuthz(objs []*manifest.Object) ([]*authz.Policy, manifest.LoadErrors) {
+	if len(objs) == 0 {
+		return nil, nil
+	}
+	env, err := authz.DefaultEnv()
+	if err != nil {
+		var errs manifest.LoadErrors
+		for _, o := range objs {
+			errs = append(errs, manifest.Errorf(o, "spec", "building the authorization CEL environment: %v", err))
+		}
+		return nil, errs
+	}
+	var out []*authz.Policy
+	var errs manifest.LoadErrors
+	for _, o := range objs {
+		id, ver := o.ID(), o.ContentVersion()
+		c.mu.Lock()
+		cached, ok := c.authz[id]
+		c.mu.Unlock()
+		if ok && cached.version == ver {
+			out = append(out, cached.policy)
+			continue
+		}
+		p, lerr := authz.Compile(env, o)
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
+		}
+		c.mu.Lock()
+		c.authz[id] = cachedAuthz{version: ver, policy: p}
+		c.mu.Unlock()
+		out = append(out, p)
+	}
+	return out, errs
 }
 
 // Compile is a convenience for a one-off compilation with a fresh compiler.
@@ -303,6 +364,11 @@ func (c *Compiler) Forget(keep map[string]bool) {
 			delete(c.exceptions, id)
 		}
 	}
+	for id := range c.authz {
+		if !keep[id] {
+			delete(c.authz, id)
+		}
+	}
 	c.vap.Forget(keep)
 }
 
@@ -314,6 +380,7 @@ type PolicySet struct {
 	mpol       *mpol.Set
 	vap        *vap.Set
 	psa        *psa.Set
+	authz      *authz.Set
 	exceptions []*exception.Exception
 	namespaces map[string]map[string]any
 	// exceptionSize bounds the size of exceptions.allowedImages and
@@ -323,7 +390,8 @@ type PolicySet struct {
 	// occur in more than one place, whose results a request memoizes.
 	shared map[string]bool
 	// mutators and validators are the mutating and the validating kinds,
-	// in admission order.
+	// in admission order: they evaluate admission requests (the
+	// authorization kind evaluates authorization requests: kindsFor).
 	mutators   []mutator
 	validators []kind
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -133,14 +134,21 @@ func (ps *PolicySet) newRequest(ctx context.Context, req *admission.Request, opt
 // policies not yet evaluated are errors). The caller must not modify the
 // request's objects while Evaluate runs (the engine never modifies them);
 // opts may be nil.
+//
+// A request whose Shape is an authorization request (an Envoy or HTTP
+// CheckRequest) is evaluated by the authorization policies of that mode
+// only, and the admission kinds do not see it; its decision carries the
+// authorization response (Decision.Authorization) and is denied when that
+// response denies.
 func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts *EvalOptions) *Decision {
+	kinds, req, opts := ps.kindsFor(req, opts)
 	rq := ps.newRequest(ctx, req, opts)
 	d := &Decision{}
 	stages := AllStages
 	if opts != nil {
 		stages = opts.Stages
 	}
-	if stages != ValidateOnly && len(ps.mutators) > 0 && req.Object != nil {
+	if stages != ValidateOnly && len(ps.mutators) > 0 && req.Object != nil && !req.Shape.Authorization() {
 		for _, m := range ps.mutators {
 			m.mutate(rq, &d.Outcome)
 		}
@@ -152,7 +160,7 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 		}
 	}
 	if stages != MutateOnly {
-		for _, k := range ps.validators {
+		for _, k := range kinds {
 			k.evaluate(rq, &d.Outcome)
 		}
 	}
@@ -164,6 +172,30 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 // sameObject says whether a and b are the same object (not merely equal).
 func sameObject(a, b map[string]any) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// kindsFor returns the kinds that evaluate a request, and the request
+// they evaluate: the validating kinds for an admission request; for an
+// authorization request, the authorization kind, with the request's object
+// made the `object` of its policies (authz.Prepare) and measured for the
+// cost estimates — or, when it is not a valid CheckRequest, left as it is,
+// the error being every policy's result.
+func (ps *PolicySet) kindsFor(req *admission.Request, opts *EvalOptions) ([]kind, *admission.Request, *EvalOptions) {
+	if !req.Shape.Authorization() {
+		return ps.validators, req, opts
+	}
+	obj, sizes, err := authz.Prepare(req.Shape, req.Object)
+	o := EvalOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	o.ObjectSizes = nil
+	r := *req
+	r.OldObject = nil
+	if err == nil {
+		r.Object, o.ObjectSizes = obj, &sizes
+	}
+	return []kind{authzKind{set: ps.authz, prepErr: err}}, &r, &o
 }
 
 // merge derives the verdict from the kinds' outcome: denied when any kind
@@ -230,6 +262,28 @@ func (k psaKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable
 	for _, a := range k.set.Applicable(rq, evaluate) {
 		a := a
 		out = append(out, Applicable{Kind: psa.KindPodSecurity, Name: a.Info.Level, PodSecurity: &a.Info, Exceptions: a.Exceptions})
+	}
+	return out
+}
+
+// The authorization kind.
+
+type authzKind struct {
+	set *authz.Set
+	// prepErr is the error making the request's object a CheckRequest.
+	prepErr error
+}
+
+func (k authzKind) evaluate(rq *celeval.Request, out *outcome.Outcome) {
+	k.set.Evaluate(rq, k.prepErr, out)
+}
+
+// applicable lists the policies of the request's mode: authorization
+// policies have no match constraints (their matchConditions are part of
+// their evaluation).
+func (k authzKind) applicable(rq *celeval.Request, _ bool, out []Applicable) []Applicable {
+	for _, p := range k.set.Of(rq.Attributes().Shape) {
+		out = append(out, Applicable{Kind: p.Kind, Name: p.Name, Authz: p})
 	}
 	return out
 }

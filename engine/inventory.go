@@ -3,6 +3,7 @@ package engine
 import (
 	"time"
 
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/export"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -28,6 +29,10 @@ func (ps *PolicySet) MutatingPolicyExceptions(p *mpol.Policy) []*exception.Excep
 	return ps.mpol.ExceptionsFor(p)
 }
 
+// AuthzPolicies returns the compiled authorization policies
+// (ValidatingPolicies in Envoy or HTTP mode), in evaluation order.
+func (ps *PolicySet) AuthzPolicies() []*authz.Policy { return ps.authz.Policies() }
+
 // Exceptions returns the compiled exceptions, in order.
 func (ps *PolicySet) Exceptions() []*exception.Exception { return ps.exceptions }
 
@@ -48,7 +53,7 @@ func (ps *PolicySet) HasPolicy(kind, name string) bool {
 	if kind == psa.KindPodSecurity {
 		return psa.IsLevel(name)
 	}
-	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name)
+	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name) || ps.authz.Has(kind, name)
 }
 
 // IsParam says whether o is one of the set's params (an object of a kind a

@@ -8,6 +8,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
@@ -16,6 +17,15 @@ import (
 // evaluation options (the objects' sizes measured while decoding them).
 // Errors name the offending field.
 func RequestFromProto(in *arbiterv1.DecideRequest) (*admission.Request, *engine.EvalOptions, error) {
+	switch in.GetPayload() {
+	case arbiterv1.Payload_PAYLOAD_UNSPECIFIED:
+	case arbiterv1.Payload_PAYLOAD_ENVOY_CHECK_REQUEST:
+		return authzRequestFromProto(in, admission.ShapeEnvoy)
+	case arbiterv1.Payload_PAYLOAD_HTTP_CHECK_REQUEST:
+		return authzRequestFromProto(in, admission.ShapeHTTP)
+	default:
+		return nil, nil, fieldError("payload", fmt.Sprintf("unknown payload %v", in.GetPayload()))
+	}
 	req := &admission.Request{
 		SubResource: in.GetSubResource(),
 		Name:        in.GetName(),
@@ -120,6 +130,27 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*admission.Request, *engine.
 	return req, opts, nil
 }
 
+// authzRequestFromProto converts a DecideRequest whose object is an Envoy
+// or HTTP CheckRequest: only the object is read; one that is not a
+// CheckRequest of its kind is refused, naming the field.
+func authzRequestFromProto(in *arbiterv1.DecideRequest, shape admission.Shape) (*admission.Request, *engine.EvalOptions, error) {
+	field := "object"
+	if len(in.GetObjectJson()) > 0 {
+		field = "object_json"
+	}
+	obj, _, err := objectField("object", in.GetObjectJson(), in.GetObject())
+	if err != nil {
+		return nil, nil, err
+	}
+	if obj == nil {
+		return nil, nil, fieldError(field, "required: the "+shape.String()+" CheckRequest")
+	}
+	if _, _, err := authz.Prepare(shape, obj); err != nil {
+		return nil, nil, fieldError(field, "not a valid "+shape.String()+" CheckRequest: "+err.Error())
+	}
+	return &admission.Request{Object: obj, Shape: shape, Mode: admission.ModeAdmission}, &engine.EvalOptions{}, nil
+}
+
 // objectField decodes an object given as JSON (measuring its sizes) or as
 // a Struct (sizes nil).
 func objectField(name string, raw []byte, s *structpb.Struct) (map[string]any, *manifest.Sizes, error) {
@@ -201,6 +232,10 @@ func verdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 		Allowed:          d.Allowed,
 		Warnings:         d.Warnings,
 		AuditAnnotations: d.AuditAnnotations,
+	}
+	if a := d.Authorization; a != nil {
+		resp.AuthorizationResponseJson = a.JSON
+		resp.AuthorizationPolicy = a.Policy
 	}
 	if !d.Allowed {
 		code := d.Code

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
@@ -54,6 +55,13 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 		}
 		resp.Policies = append(resp.Policies, s.mutatingPolicyInfo(snap, p, !in.GetWithoutManifests()))
 	}
+	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == kyvernoapi.KindValidatingPolicy) && in.GetAction() == "" {
+		for _, p := range snap.Set.AuthzPolicies() {
+			if sel == nil || sel.Matches(labels.Set(p.Labels)) {
+				resp.Policies = append(resp.Policies, s.authzPolicyInfo(snap, p, !in.GetWithoutManifests()))
+			}
+		}
+	}
 	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == vap.KindPolicy) {
 		for _, v := range snap.Set.VAPInfos() {
 			info := s.vapInfo(snap, v, !in.GetWithoutManifests())
@@ -85,7 +93,18 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 // filter: Kyverno policies, ValidatingAdmissionPolicies and Pod Security
 // levels.
 func policyCount(set *engine.PolicySet) int {
-	return len(set.Policies()) + len(set.MutatingPolicies()) + len(set.VAPInfos()) + len(set.PodSecurityInfos())
+	return len(set.Policies()) + len(set.MutatingPolicies()) + len(set.AuthzPolicies()) + len(set.VAPInfos()) + len(set.PodSecurityInfos())
+}
+
+// authzPolicyInfo describes an authorization policy (a ValidatingPolicy
+// in Envoy or HTTP mode): it has no actions, resources or exceptions, and
+// admits nothing (it answers Envoy or HTTP CheckRequests).
+func (s *Server) authzPolicyInfo(snap *Snapshot, p *authz.Policy, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{Kind: p.Kind, Name: p.Name, Labels: p.Labels, Annotations: p.Annotations}
+	if manifest {
+		info.ManifestJson = s.manifest(snap, store.Key{Group: kyvernoapi.Group, Kind: p.Kind, Name: p.Name})
+	}
+	return info
 }
 
 // podSecurityInfo describes a Pod Security level as a policy of kind
@@ -196,6 +215,11 @@ func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyR
 				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
 			}
 			return resp, nil
+		}
+	}
+	for _, p := range snap.Set.AuthzPolicies() {
+		if p.Kind == kind && p.Name == in.GetName() {
+			return &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.authzPolicyInfo(snap, p, true)}, nil
 		}
 	}
 	if kind == psa.KindPodSecurity {

@@ -119,7 +119,7 @@ func TestApplyJSONPatch(t *testing.T) {
 			want: `{"a":{"b":1},"c":{"b":1,"x":2}}`},
 		{name: "copy a changed object then change both", doc: `{"a":{"b":{"z":1}}}`,
 			patch: `[{"op":"add","path":"/a/b/y","value":2},{"op":"copy","from":"/a","path":"/c"},{"op":"add","path":"/c/b/x","value":3},{"op":"remove","path":"/a/b/z"}]`,
-			want: `{"a":{"b":{"y":2}},"c":{"b":{"x":3,"y":2,"z":1}}}`},
+			want:  `{"a":{"b":{"y":2}},"c":{"b":{"x":3,"y":2,"z":1}}}`},
 		{name: "copy a missing key copies null", doc: `{"a":{}}`, patch: `[{"op":"copy","from":"/a/zz","path":"/c"}]`, want: `{"a":{},"c":null}`},
 		{name: "copy a bad index", doc: `{"a":[]}`, patch: `[{"op":"copy","from":"/a/0","path":"/c"}]`,
 			want: `JSON Patch: error in copy for from: '/a/0': Unable to access invalid index: 0: invalid index referenced`},
@@ -134,7 +134,7 @@ func TestApplyJSONPatch(t *testing.T) {
 			want: `JSON Patch: Unable to complete the copy, the accumulated size increase of copy is 22, exceeding the limit 20`},
 		{name: "copy of null counts nothing, of an added null four bytes", limit: 4, doc: `{"n":null}`,
 			patch: `[{"op":"copy","from":"/n","path":"/m"},{"op":"add","path":"/x","value":null},{"op":"copy","from":"/x","path":"/y"},{"op":"copy","from":"/x","path":"/z"}]`,
-			want: `JSON Patch: Unable to complete the copy, the accumulated size increase of copy is 8, exceeding the limit 4`},
+			want:  `JSON Patch: Unable to complete the copy, the accumulated size increase of copy is 8, exceeding the limit 4`},
 
 		// test
 		{name: "test passes", doc: `{"a":{"b":[1,{"c":"d"}]}}`, patch: `[{"op":"test","path":"/a","value":{"b":[1,{"c":"d"}]}},{"op":"add","path":"/x","value":1}]`,

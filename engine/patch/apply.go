@@ -3,6 +3,7 @@ package patch
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"strconv"
 	"strings"
@@ -217,10 +218,7 @@ func (a *applier) own(c any, sl slot) any {
 		if a.owned.has(identity(t)) {
 			return t
 		}
-		m := make(map[string]any, len(t)+1)
-		for k, v := range t {
-			m[k] = v
-		}
+		m := maps.Clone(t)
 		a.owned.add(identity(m))
 		a.store(sl, m)
 		return m

@@ -3,6 +3,7 @@ package patch
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -240,5 +241,64 @@ func TestApplyJSONPatch(t *testing.T) {
 			}
 			checkAgainstReference(t, obj, ops, c.limit)
 		})
+	}
+}
+
+// TestApplyJSONPatchGoValues checks objects and values built in Go rather
+// than decoded (nil maps and slices, other number types, invalid UTF-8,
+// negative zero) against evanphx applied to their JSON encoding.
+func TestApplyJSONPatchGoValues(t *testing.T) {
+	obj := map[string]any{
+		"nilMap":   map[string]any(nil),
+		"nilSlice": []any(nil),
+		"int":      int64(7),
+		"float":    0.1,
+		"negZero":  math.Copysign(0, -1),
+		"zero":     0.0,
+		"bad":      "a\xffb",
+		"fffd":     "a\ufffdb",
+		"big":      int64(123456789012345680),
+		"list":     []any{int64(1), "x"},
+		"sub":      map[string]any{"k": "v"},
+	}
+	values := []any{
+		nil, NoValue{}, map[string]any(nil), []any(nil), int(7), int32(7), float32(0.1), json.Number("7"), json.Number("7.0"),
+		0.1, float64(7), int64(0), math.Copysign(0, -1), "a\xfeb", "a\ufffdb", "a\xffb", 1.2345678901234568e+17,
+		[]any{int(1), "x"}, map[string]any{"k": "v"}, map[string]any{"k": nil},
+	}
+	paths := []string{"/nilMap", "/nilMap/x", "/nilSlice", "/nilSlice/0", "/int", "/float", "/negZero", "/zero", "/bad", "/fffd", "/big", "/list", "/list/0", "/sub", "/missing", ""}
+	outcomes := map[string]int{}
+	for _, p := range paths {
+		for _, v := range values {
+			for _, kind := range []string{"test", "add", "replace"} {
+				ops := []Op{{Op: kind, Path: p, Value: v}}
+				outcomes[kind+" "+checkAgainstReference(t, obj, ops, 0)]++
+			}
+		}
+		for _, from := range paths {
+			for _, kind := range []string{"copy", "move"} {
+				checkAgainstReference(t, obj, []Op{{Op: kind, From: from, Path: p}}, 0)
+				checkAgainstReference(t, obj, []Op{{Op: kind, From: from, Path: p}}, 6)
+			}
+		}
+		checkAgainstReference(t, obj, []Op{{Op: "remove", Path: p}}, 0)
+	}
+	if outcomes["test applied"] == 0 || outcomes["test test failed"] == 0 {
+		t.Errorf("outcomes: %v", outcomes)
+	}
+	t.Logf("outcomes: %v", outcomes)
+}
+
+func TestApplyJSONPatchNilObject(t *testing.T) {
+	got, err := ApplyJSONPatch(nil, nil)
+	if got != nil || err != nil {
+		t.Errorf("no operations on nil: %v, %v", got, err)
+	}
+	if _, err := ApplyJSONPatch(nil, []Op{{Op: "add", Path: "/a", Value: int64(1)}}); !errors.Is(err, ErrPanic) {
+		t.Errorf("add to a nil object: %v; want ErrPanic (evanphx assigns to a nil map)", err)
+	}
+	got, err = ApplyJSONPatch(nil, []Op{{Op: "replace", Path: "", Value: map[string]any{"a": int64(1)}}})
+	if err != nil || show(got) != `{"a":1}` {
+		t.Errorf("replace of a nil object: %s, %v", show(got), err)
 	}
 }

@@ -152,16 +152,16 @@ func numberText(dst []byte, v any) ([]byte, bool) {
 }
 
 // stringsEqualJSON reports whether two different strings are written alike
-// by encoding/json: only when invalid UTF-8 (each byte written as U+FFFD)
-// makes them so.
+// by encoding/json: only when they differ in invalid UTF-8 bytes, each
+// written "\ufffd" (while a valid U+FFFD is written as itself).
 func stringsEqualJSON(a, b string) bool {
-	if utf8.ValidString(a) && utf8.ValidString(b) {
-		return false
+	if utf8.ValidString(a) || utf8.ValidString(b) {
+		return false // a valid string is written as nothing else is
 	}
 	for a != "" && b != "" {
 		ra, na := utf8.DecodeRuneInString(a)
 		rb, nb := utf8.DecodeRuneInString(b)
-		if ra != rb {
+		if ra != rb || (na == 1) != (nb == 1) {
 			return false
 		}
 		a, b = a[na:], b[nb:]
@@ -171,8 +171,9 @@ func stringsEqualJSON(a, b string) bool {
 
 // Equal reports whether two JSON-shaped values have the same JSON encoding
 // up to the order of object members: numbers by the text encoding/json
-// writes (int64(1) equals float64(1)), strings as written (invalid UTF-8 as
-// U+FFFD), nil maps and slices as null.
+// writes (int64(1) equals float64(1)), strings as written (each invalid
+// UTF-8 byte as the escape \ufffd; object keys compare as Go strings), nil
+// maps and slices as null.
 func Equal(a, b any) bool {
 	ka, kb := kindOf(a), kindOf(b)
 	if ka == kRawNull {

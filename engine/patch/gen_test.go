@@ -196,44 +196,57 @@ var (
 	oddOpKinds = []string{"ADD", "", "add\x01", "unknown"}
 )
 
-// ops generates 1 to 5 operations against doc (mostly few).
-func (g *gen) ops(doc any) []Op {
+// ops generates 1 to 5 operations against doc (mostly few). Each picks its
+// paths and values in the document as the operations before it left it
+// (as far as they apply), so that operations reach into added values.
+func (g *gen) ops(doc map[string]any) []Op {
 	n := 1 + g.intn(5)
 	if g.intn(2) == 0 {
 		n = 1 + g.intn(2)
 	}
 	ops := make([]Op, 0, n)
+	var cur any = doc
 	for range n {
-		kind := opKinds[g.intn(len(opKinds))]
-		if g.intn(32) == 0 {
-			kind = oddOpKinds[g.intn(len(oddOpKinds))]
-		}
-		op := Op{Op: kind, Path: g.path(doc), Value: NoValue{}}
-		switch op.Op {
-		case "add", "replace", "ADD":
-			op.Value = g.value(doc)
-		case "test":
-			// Mostly the value there, so that tests pass as often as not.
-			switch g.intn(4) {
-			case 0, 1:
-				if v, ok := lookup(doc, op.Path); ok {
-					op.Value = v
-				}
-			case 2:
-				if v, ok := lookup(doc, op.Path); ok {
-					op.Value = twin(v)
-				}
-			default:
-				op.Value = g.value(doc)
-			}
-		case "move", "copy":
-			if g.intn(8) != 0 {
-				op.From = g.path(doc)
-			}
-		}
+		op := g.op(cur)
 		ops = append(ops, op)
+		if m, ok := cur.(map[string]any); ok {
+			if next, err := ApplyJSONPatch(m, []Op{op}); err == nil {
+				cur = next
+			}
+		}
 	}
 	return ops
+}
+
+func (g *gen) op(doc any) Op {
+	kind := opKinds[g.intn(len(opKinds))]
+	if g.intn(32) == 0 {
+		kind = oddOpKinds[g.intn(len(oddOpKinds))]
+	}
+	op := Op{Op: kind, Path: g.path(doc), Value: NoValue{}}
+	switch op.Op {
+	case "add", "replace", "ADD":
+		op.Value = g.value(doc)
+	case "test":
+		// Mostly the value there, so that tests pass as often as not.
+		switch g.intn(4) {
+		case 0, 1:
+			if v, ok := lookup(doc, op.Path); ok {
+				op.Value = v
+			}
+		case 2:
+			if v, ok := lookup(doc, op.Path); ok {
+				op.Value = twin(v)
+			}
+		default:
+			op.Value = g.value(doc)
+		}
+	case "move", "copy":
+		if g.intn(8) != 0 {
+			op.From = g.path(doc)
+		}
+	}
+	return op
 }
 
 // data is a value for a document (never NoValue).

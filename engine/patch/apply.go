@@ -10,9 +10,10 @@ import (
 	"unsafe"
 )
 
-// Op is one RFC 6902 operation. Value is JSON-shaped data (nil is JSON
-// null); NoValue{} stands for an operation without a "value" member. An
-// empty From is an operation without a "from" member.
+// Op is one RFC 6902 operation. Value is JSON-shaped data, and nil is JSON
+// null: an Op without a "value" member must say so with NoValue{} (a test
+// with no value passes on a missing or null target, a test of null fails
+// there). An empty From is an operation without a "from" member.
 type Op struct {
 	Op, Path, From string
 	Value          any
@@ -63,28 +64,117 @@ func (o Options) ApplyJSONPatch(obj map[string]any, ops []Op) (map[string]any, e
 	} else {
 		a.root = obj
 	}
-	for i := range ops {
-		if err := a.apply(&ops[i]); err != nil {
-			if err == errTestFailed {
-				return obj, nil
-			}
-			return nil, err
+	switch err := a.run(ops); err {
+	case nil:
+		return a.root.(map[string]any), nil
+	case errTestFailed:
+		return obj, nil
+	default:
+		return nil, err
+	}
+}
+
+// A Patcher applies JSON Patches in turn to one object, as the mutating
+// policies of one admission request do, each patch with ApplyJSONPatch's
+// semantics on the object the patches before it left. Unlike a chain of
+// ApplyJSONPatch calls, it copies a container of the object once for all
+// the patches, not once per patch. A patch whose test fails, or that fails,
+// leaves the object as it was (its changes are undone).
+//
+// The object it starts from and the operations' values are never modified.
+// The object Object returns is the Patcher's own: it changes with the next
+// Apply. A Patcher is not safe for concurrent use.
+type Patcher struct {
+	a applier
+}
+
+// NewPatcher returns a Patcher starting from obj.
+func NewPatcher(obj map[string]any, o Options) *Patcher {
+	p := &Patcher{a: applier{limit: o.MaxCopyBytes}}
+	p.SetObject(obj)
+	return p
+}
+
+// Object returns the object as the patches applied so far left it.
+func (p *Patcher) Object() map[string]any {
+	m, _ := p.a.root.(map[string]any)
+	return m
+}
+
+// SetObject makes obj the object the next patches apply to (the result of
+// a mutation made otherwise, say). obj is never modified; the Patcher owns
+// none of its containers.
+func (p *Patcher) SetObject(obj map[string]any) {
+	p.a.owned = ownedSet{}
+	p.a.gen = 0
+	if obj == nil {
+		p.a.root = rawNull{}
+	} else {
+		p.a.root = obj
+	}
+}
+
+// Apply applies one patch. It reports whether the patch changed the object:
+// false with a nil error when a test operation failed (the patch is a no-op,
+// as kube-apiserver and Kyverno treat it); false with the error when the
+// patch fails, the object then being as before.
+func (p *Patcher) Apply(ops []Op) (bool, error) {
+	if len(ops) == 0 {
+		return true, nil
+	}
+	a := &p.a
+	a.gen++
+	a.journal = a.journal[:0]
+	a.shared = a.owned.n > 0
+	root := a.root
+	err := a.run(ops)
+	if err == nil {
+		return true, nil
+	}
+	for i := len(a.journal) - 1; i >= 0; i-- {
+		u := &a.journal[i]
+		switch {
+		case u.m != nil && u.existed:
+			u.m[u.k] = u.old
+		case u.m != nil:
+			delete(u.m, u.k)
+		default:
+			u.s[u.i] = u.old
 		}
 	}
-	if a.nulls {
-		a.root = a.clean(a.root)
+	a.journal = a.journal[:0]
+	a.root = root
+	if err == errTestFailed {
+		return false, nil
+	}
+	return false, err
+}
+
+// run applies ops to a.root: nil with the patched object at a.root, or
+// errTestFailed, or the patch's error.
+func (a *applier) run(ops []Op) error {
+	a.nulls = false
+	a.copied = 0
+	for i := range ops {
+		if err := a.apply(&ops[i]); err != nil {
+			return err
+		}
 	}
 	switch r := a.root.(type) {
 	case map[string]any:
-		if r != nil {
-			return r, nil
+		if r == nil {
+			break
 		}
+		if a.nulls {
+			a.clean(r)
+		}
+		return nil
 	case []any:
 		if r != nil {
-			return nil, fmt.Errorf("JSON Patch: %w (it is an array)", ErrNotObject)
+			return fmt.Errorf("JSON Patch: %w (it is an array)", ErrNotObject)
 		}
 	}
-	return nil, fmt.Errorf("JSON Patch: %w (it is null)", ErrNotObject)
+	return fmt.Errorf("JSON Patch: %w (it is null)", ErrNotObject)
 }
 
 // errTestFailed stands for evanphx's errors wrapping ErrTestFailed: the
@@ -129,24 +219,44 @@ func kindOf(v any) kind {
 	return kScalar
 }
 
-// applier is one application of a patch. The document is root; the maps
-// and slices in owned were made by the applier, so it may change them in
-// place; every other container (obj's, the values') is copied first.
+// applier applies patches. The document is root; the maps and slices in
+// owned were made by the applier, so it may change them in place; every
+// other container (obj's, the values') is copied first. A container owned
+// since an earlier patch (of a Patcher) is journaled before it changes, so
+// that the patch can be undone.
 type applier struct {
-	root   any // map[string]any, []any or rawNull
-	owned  ownedSet
-	nulls  bool // a rawNull was stored
-	limit  int64
-	copied int64
-	buf    []byte
+	root    any // map[string]any, []any or rawNull
+	owned   ownedSet
+	gen     uint32 // the patch being applied
+	journal []undo
+	nulls   bool // a rawNull was stored by this patch
+	shared  bool // containers made by earlier patches may be reached from values
+	limit   int64
+	copied  int64
+	buf     []byte
 }
 
-// ownedSet holds the identities of the containers the applier made: a few
-// inline, the rest in a map.
+// undo restores a map's key (or deletes it) or a slice's element.
+type undo struct {
+	m       map[string]any
+	s       []any
+	k       string
+	i       int
+	old     any
+	existed bool
+}
+
+// ownedSet holds the identities of the containers the applier made, with
+// the patch that made each: a few inline, the rest in a map.
 type ownedSet struct {
 	n     int
-	small [16]unsafe.Pointer
-	big   map[unsafe.Pointer]struct{}
+	small [16]ownedEntry
+	big   map[unsafe.Pointer]uint32
+}
+
+type ownedEntry struct {
+	p   unsafe.Pointer
+	gen uint32
 }
 
 func identity(v any) unsafe.Pointer {
@@ -162,32 +272,79 @@ func identity(v any) unsafe.Pointer {
 	return nil
 }
 
-func (s *ownedSet) has(p unsafe.Pointer) bool {
+// gen returns the patch that made the container p, if the applier made it.
+func (s *ownedSet) gen(p unsafe.Pointer) (uint32, bool) {
 	if p == nil {
-		return false
+		return 0, false
 	}
-	for _, q := range s.small[:s.n] {
-		if q == p {
-			return true
+	for _, o := range s.small[:s.n] {
+		if o.p == p {
+			return o.gen, true
 		}
 	}
-	_, ok := s.big[p]
+	g, ok := s.big[p]
+	return g, ok
+}
+
+func (s *ownedSet) has(p unsafe.Pointer) bool {
+	_, ok := s.gen(p)
 	return ok
 }
 
-func (s *ownedSet) add(p unsafe.Pointer) {
+func (s *ownedSet) add(p unsafe.Pointer, gen uint32) {
 	if p == nil {
 		return
 	}
 	if s.n < len(s.small) {
-		s.small[s.n] = p
+		s.small[s.n] = ownedEntry{p, gen}
 		s.n++
 		return
 	}
 	if s.big == nil {
-		s.big = make(map[unsafe.Pointer]struct{})
+		s.big = make(map[unsafe.Pointer]uint32)
 	}
-	s.big[p] = struct{}{}
+	s.big[p] = gen
+}
+
+// made registers a container the applier just made.
+func (a *applier) made(c any) {
+	a.owned.add(identity(c), a.gen)
+}
+
+// old reports whether an owned container was made by an earlier patch, and
+// so must be journaled before it changes.
+func (a *applier) old(c any) bool {
+	if a.gen == 0 {
+		return false
+	}
+	g, _ := a.owned.gen(identity(c))
+	return g < a.gen
+}
+
+// setKey sets m[k] = v in an owned map.
+func (a *applier) setKey(m map[string]any, k string, v any) {
+	if a.old(m) {
+		old, existed := m[k]
+		a.journal = append(a.journal, undo{m: m, k: k, old: old, existed: existed})
+	}
+	m[k] = v
+}
+
+// delKey deletes m[k] from an owned map.
+func (a *applier) delKey(m map[string]any, k string) {
+	if a.old(m) {
+		old, existed := m[k]
+		a.journal = append(a.journal, undo{m: m, k: k, old: old, existed: existed})
+	}
+	delete(m, k)
+}
+
+// setIndex sets s[i] = v in an owned slice.
+func (a *applier) setIndex(s []any, i int, v any) {
+	if a.old(s) {
+		a.journal = append(a.journal, undo{s: s, i: i, old: s[i]})
+	}
+	s[i] = v
 }
 
 // slot is where a container is held: the root, a key of an owned map or an
@@ -202,9 +359,9 @@ type slot struct {
 func (a *applier) store(sl slot, v any) {
 	switch {
 	case sl.m != nil:
-		sl.m[sl.k] = v
+		a.setKey(sl.m, sl.k, v)
 	case sl.s != nil:
-		sl.s[sl.i] = v
+		a.setIndex(sl.s, sl.i, v)
 	default:
 		a.root = v
 	}
@@ -219,7 +376,7 @@ func (a *applier) own(c any, sl slot) any {
 			return t
 		}
 		m := maps.Clone(t)
-		a.owned.add(identity(m))
+		a.made(m)
 		a.store(sl, m)
 		return m
 	case []any:
@@ -228,7 +385,7 @@ func (a *applier) own(c any, sl slot) any {
 		}
 		s := make([]any, len(t))
 		copy(s, t)
-		a.owned.add(identity(s))
+		a.made(s)
 		a.store(sl, s)
 		return s
 	}
@@ -246,8 +403,64 @@ func (a *applier) value(op *Op) any {
 		if _, ok := op.Value.(NoValue); ok {
 			return nil
 		}
+		return op.Value
 	}
-	return op.Value
+	return a.detach(op.Value)
+}
+
+// detach returns v, or a copy of v where it reaches a container made by an
+// earlier patch of a Patcher: a value computed from the Patcher's object may
+// hold its containers, which must not be reachable twice. The containers of
+// the document that the applier did not make never hold one it made, as
+// values are detached.
+func (a *applier) detach(v any) any {
+	if !a.shared {
+		return v
+	}
+	d, _ := a.detached(v)
+	return d
+}
+
+func (a *applier) detached(v any) (any, bool) {
+	switch t := v.(type) {
+	case map[string]any:
+		var m map[string]any
+		if a.owned.has(identity(t)) {
+			m = maps.Clone(t)
+		}
+		for k, e := range t {
+			if d, changed := a.detached(e); changed {
+				if m == nil {
+					m = maps.Clone(t)
+				}
+				m[k] = d
+			}
+		}
+		if m == nil {
+			return v, false
+		}
+		a.made(m)
+		return m, true
+	case []any:
+		var s []any
+		if a.owned.has(identity(t)) {
+			s = append([]any(nil), t...)
+		}
+		for i, e := range t {
+			if d, changed := a.detached(e); changed {
+				if s == nil {
+					s = append([]any(nil), t...)
+				}
+				s[i] = d
+			}
+		}
+		if s == nil {
+			return v, false
+		}
+		a.made(s)
+		return s, true
+	}
+	return v, false
 }
 
 // path is a JSON Pointer as evanphx's findObject splits it.
@@ -412,7 +625,7 @@ func (a *applier) findMut(p string) (c any, sl slot, key string, ok bool) {
 func (a *applier) add(c any, sl slot, key string, v any) error {
 	switch t := c.(type) {
 	case map[string]any:
-		a.own(t, sl).(map[string]any)[key] = v
+		a.setKey(a.own(t, sl).(map[string]any), key, v)
 		return nil
 	case []any:
 		idx := len(t)
@@ -436,7 +649,7 @@ func (a *applier) add(c any, sl slot, key string, v any) error {
 		copy(s, t[:idx])
 		s[idx] = v
 		copy(s[idx+1:], t[idx:])
-		a.owned.add(identity(s))
+		a.made(s)
 		a.store(sl, s)
 		return nil
 	}
@@ -450,7 +663,7 @@ func (a *applier) remove(c any, sl slot, key string) error {
 		if _, ok := t[key]; !ok {
 			return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key)
 		}
-		delete(a.own(t, sl).(map[string]any), key)
+		a.delKey(a.own(t, sl).(map[string]any), key)
 		return nil
 	case []any:
 		idx, err := strconv.Atoi(key)
@@ -469,7 +682,7 @@ func (a *applier) remove(c any, sl slot, key string) error {
 		s := make([]any, len(t)-1)
 		copy(s, t[:idx])
 		copy(s[idx:], t[idx+1:])
-		a.owned.add(identity(s))
+		a.made(s)
 		a.store(sl, s)
 		return nil
 	}
@@ -542,7 +755,7 @@ func (a *applier) replaceOp(op *Op) error {
 	if op.Path == "" {
 		switch kindOf(op.Value) {
 		case kMap, kArray:
-			a.root = op.Value
+			a.root = a.detach(op.Value)
 		case kNull:
 			a.root = rawNull{}
 		default:
@@ -559,13 +772,13 @@ func (a *applier) replaceOp(op *Op) error {
 	}
 	switch t := c.(type) {
 	case map[string]any:
-		a.own(t, sl).(map[string]any)[key] = a.value(op)
+		a.setKey(a.own(t, sl).(map[string]any), key, a.value(op))
 	case []any:
 		i, err := index(key, len(t))
 		if err != nil {
 			return fmt.Errorf("JSON Patch: replace operation does not apply: doc is missing key: %s: missing value", op.Path)
 		}
-		a.own(t, sl).([]any)[i] = a.value(op)
+		a.setIndex(a.own(t, sl).([]any), i, a.value(op))
 	default:
 		return nullWrite("replace", op.Path)
 	}
@@ -670,7 +883,7 @@ func (a *applier) clone(v any, top bool) any {
 		for k, e := range t {
 			m[k] = a.clone(e, false)
 		}
-		a.owned.add(identity(m))
+		a.made(m)
 		return m
 	case []any:
 		if !a.owned.has(identity(t)) {
@@ -680,7 +893,7 @@ func (a *applier) clone(v any, top bool) any {
 		for i, e := range t {
 			s[i] = a.clone(e, false)
 		}
-		a.owned.add(identity(s))
+		a.made(s)
 		return s
 	case rawNull:
 		if top {

@@ -13,7 +13,8 @@ import (
 // objects (members in sorted key order: removed, changed and added ones) and
 // arrays (after their common prefix and suffix, element by element, then the
 // added elements in order or the removed ones from the last); a value whose
-// type changes is replaced. Values are compared as Equal compares them, and
+// type changes is replaced (an array of the same length is diffed element
+// by element). Values are compared as Equal compares them, and
 // subtrees that from and to share (as ApplyJSONPatch's result shares them
 // with its input) are skipped without being walked. A nil map is an empty
 // object. The operations' values are to's, not copies.
@@ -118,14 +119,18 @@ func (d *differ) array(a, b []any) {
 	if sameSlice(a, b) {
 		return
 	}
-	m := min(len(a), len(b))
-	p := 0
-	for p < m && Equal(a[p], b[p]) {
-		p++
-	}
-	s := 0
-	for s < m-p && Equal(a[len(a)-1-s], b[len(b)-1-s]) {
-		s++
+	// Arrays of one length are diffed element by element (which finds the
+	// common prefix and suffix anyway); otherwise the elements inserted or
+	// removed are found between their common prefix and suffix.
+	p, s := 0, 0
+	if len(a) != len(b) {
+		m := min(len(a), len(b))
+		for p < m && Equal(a[p], b[p]) {
+			p++
+		}
+		for s < m-p && Equal(a[len(a)-1-s], b[len(b)-1-s]) {
+			s++
+		}
 	}
 	am, bm := a[p:len(a)-s], b[p:len(b)-s]
 	var num [20]byte

@@ -75,6 +75,19 @@
 // objects and arrays on the paths it changes (copy-on-write), once per patch,
 // and the result shares every untouched subtree with obj and the values.
 //
+// # Patcher
+//
+// A Patcher applies the patches of a chain of mutations (the mutating
+// policies of one request) one after the other with ApplyJSONPatch's
+// semantics, each on the object the ones before it left — a null set by one
+// patch is a plain null to the next, as after kube-apiserver's JSON round
+// trip between patches — copying each container once for the whole chain. A
+// patch whose test fails, or that fails, is undone (a journal of the writes
+// into containers copied by earlier patches), leaving the object as it was.
+// A value that holds containers of the Patcher's own object (a CEL
+// expression returning object.spec.x) is copied where it does, so that no
+// container is reachable twice.
+//
 // # Diff and Marshal
 //
 // Diff returns add, remove and replace operations that turn one object into

@@ -57,12 +57,17 @@ func buildReference(ops []Op) (jsonpatch.Patch, bool) {
 // reference applies ops to obj with evanphx, with AccumulatedCopySizeLimit
 // set to limit for the call.
 func reference(obj map[string]any, ops []Op, limit int64) (referenceResult, bool) {
-	p, ok := buildReference(ops)
-	if !ok {
-		return referenceResult{}, false
-	}
 	doc, err := json.Marshal(obj)
 	if err != nil {
+		return referenceResult{}, false
+	}
+	return referenceDoc(doc, ops, limit)
+}
+
+// referenceDoc applies ops to a JSON document with evanphx.
+func referenceDoc(doc []byte, ops []Op, limit int64) (referenceResult, bool) {
+	p, ok := buildReference(ops)
+	if !ok {
 		return referenceResult{}, false
 	}
 	saved := jsonpatch.AccumulatedCopySizeLimit

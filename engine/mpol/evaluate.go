@@ -288,7 +288,7 @@ func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
 		if !ok {
 			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch, got element of %T", native)
 		}
-		op := patch.Op{Op: jp.Op, Path: jp.Path, From: jp.From}
+		op := patch.Op{Op: jp.Op, Path: jp.Path, From: jp.From, Value: patch.NoValue{}}
 		if jp.Val != nil {
 			if ov, ok := jp.Val.(*dynamic.ObjectVal); ok {
 				if err := ov.CheckTypeNamesMatchFieldPathNames(); err != nil {

@@ -1,18 +1,26 @@
 package schema
 
 import (
+	"encoding/json"
 	"testing"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
-// mustJSON decodes JSON or YAML as Kubernetes decodes unstructured objects
-// (integers as int64).
+// mustJSON decodes JSON or YAML (1.2: y and n are strings) as Kubernetes
+// decodes unstructured objects (integers as int64).
 func mustJSON(t testing.TB, src string) map[string]any {
 	t.Helper()
-	js, err := yaml.YAMLToJSON([]byte(src))
+	var doc any
+	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	if doc == nil {
+		doc = map[string]any{}
+	}
+	js, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}

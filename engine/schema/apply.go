@@ -47,7 +47,16 @@ func ApplyConfiguration(tc managedfields.TypeConverter, obj, applyConfig map[str
 	} else if tc == nil {
 		return nil, fmt.Errorf("type converter must not be nil")
 	}
+	if ft, ok := tc.(fastTyper); ok {
+		if out, ok := fastApply(ft.fastType(original.GroupVersionKind()), obj, applyConfig, allowAtomic); ok {
+			return out, nil
+		}
+	}
+	return applySMD(tc, original, patch, allowAtomic)
+}
 
+// applySMD is ApplyStructuredMergeDiff after its kind checks.
+func applySMD(tc managedfields.TypeConverter, original, patch *unstructured.Unstructured, allowAtomic bool) (map[string]any, error) {
 	patchObjTyped, err := tc.ObjectToTyped(patch)
 	if err != nil {
 		return nil, fmt.Errorf("failed to convert patch object to typed object: %w", err)

@@ -85,6 +85,7 @@ type CRDConverter struct {
 	kind     string
 	versions []string
 	types    map[k8sschema.GroupVersionKind]*typed.ParseableType
+	compiler *compiler
 }
 
 var _ managedfields.TypeConverter = (*CRDConverter)(nil)
@@ -228,6 +229,7 @@ func NewCRDConverter(crd map[string]any) (*CRDConverter, error) {
 		}
 	}
 	parser := &typed.Parser{Schema: smdschema.Schema{Types: types}}
+	c.compiler = newCompiler(&parser.Schema)
 	// As managedfields' indexModels: the kinds named by the extension.
 	for name, model := range models {
 		for _, gvk := range gvksOf(model.Extensions) {

@@ -35,9 +35,21 @@ import (
 // useServerSideApply is set (its local copy of the function, without
 // validatePatch).
 //
-// Neither obj nor applyConfig is modified. The result is a new object, but, as
-// structured-merge-diff builds it, it may share unchanged leaves (scalars,
-// atomic lists and maps) with obj and applyConfig: treat all three as
+// Two deliberate differences, both about messages that upstream builds in Go's
+// map order: with this package's converters, a schema error lists what
+// structured-merge-diff finds when it visits map keys in sorted order
+// (upstream's list varies from run to run when there are several errors; with
+// one, the text is the same), and the atomic paths of one map are listed in
+// sorted order. Replicas thus give the same message for the same request.
+//
+// With this package's converters (Builtin, CRDConverter), a fast path merges
+// without building structured-merge-diff's typed values (see fast.go); it
+// answers only when it gives the same object, and leaves every other case,
+// errors included, to structured-merge-diff.
+//
+// Neither obj nor applyConfig is modified. The result is a new top-level map,
+// but it shares what the apply configuration does not change with obj (whole
+// maps and lists), and may share parts of applyConfig: treat all three as
 // immutable, or copy before changing one in place.
 func ApplyConfiguration(tc managedfields.TypeConverter, obj, applyConfig map[string]any, allowAtomic bool) (map[string]any, error) {
 	patch := &unstructured.Unstructured{Object: applyConfig}
@@ -59,7 +71,7 @@ func ApplyConfiguration(tc managedfields.TypeConverter, obj, applyConfig map[str
 func applySMD(tc managedfields.TypeConverter, original, patch *unstructured.Unstructured, allowAtomic bool) (map[string]any, error) {
 	patchObjTyped, err := tc.ObjectToTyped(patch)
 	if err != nil {
-		return nil, fmt.Errorf("failed to convert patch object to typed object: %w", err)
+		return nil, fmt.Errorf("failed to convert patch object to typed object: %w", deterministic(tc, patch, err, false))
 	}
 
 	if !allowAtomic {
@@ -70,7 +82,7 @@ func applySMD(tc managedfields.TypeConverter, original, patch *unstructured.Unst
 
 	liveObjTyped, err := tc.ObjectToTyped(original, typed.AllowDuplicates)
 	if err != nil {
-		return nil, fmt.Errorf("failed to convert original object to typed object: %w", err)
+		return nil, fmt.Errorf("failed to convert original object to typed object: %w", deterministic(tc, original, err, true))
 	}
 
 	newObjTyped, err := liveObjTyped.Merge(patchObjTyped)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -433,4 +435,75 @@ func similarError(got, want error) bool {
 		return s[:i]
 	}
 	return step(g) == step(w)
+}
+
+// TestSortedValidation: the deterministic validation gives structured-merge-
+// diff's text whenever that text does not depend on Go's map order (the
+// same in 12 runs), and the same text every time.
+func TestSortedValidation(t *testing.T) {
+	n := 3000
+	if testing.Short() || raceEnabled {
+		n = 500
+	}
+	ps := converterPairs(t)
+	srcs := []struct{ conv, src string }{{"builtin", fixturePod}, {"builtin", fixtureDeployment}, {"crd", fixtureWidget}}
+	same, invalid := 0, 0
+	for i := 0; i < n; i++ {
+		f := srcs[i%len(srcs)]
+		tc := ps[f.conv].ours
+		rng := rand.New(rand.NewPCG(uint64(i), 7))
+		g := &gen{rng: rng}
+		obj := mustJSON(t, f.src)
+		root := tc.(fastTyper).fastType((&unstructured.Unstructured{Object: obj}).GroupVersionKind())
+		var u *unstructured.Unstructured
+		allowDup := i%2 == 0
+		if allowDup {
+			u = &unstructured.Unstructured{Object: g.perturb(obj, root, 0).(map[string]any)}
+		} else {
+			ac := g.applyConfig(obj, root)
+			ac["apiVersion"], ac["kind"] = obj["apiVersion"], obj["kind"]
+			u = &unstructured.Unstructured{Object: ac}
+		}
+		var opts []typed.ValidationOptions
+		if allowDup {
+			opts = append(opts, typed.AllowDuplicates)
+		}
+		seen := map[string]bool{}
+		for range 12 {
+			_, err := tc.ObjectToTyped(u, opts...)
+			seen[errString(err)] = true
+		}
+		_, err := tc.ObjectToTyped(u, opts...)
+		ours := errString(deterministic(tc, u, err, allowDup))
+		if again := errString(deterministic(tc, u, err, allowDup)); again != ours {
+			t.Fatalf("case %d: not deterministic:\n%s\n%s", i, ours, again)
+		}
+		if seen[""] != (ours == "") {
+			t.Errorf("case %d: structured-merge-diff %v, ours %q", i, seen, ours)
+			continue
+		}
+		if ours != "" {
+			invalid++
+		}
+		if len(seen) == 1 && seen[ours] {
+			same++
+		}
+		// Without undeclared fields (where the walk stops), the errors are
+		// the same whatever the order: only their order may differ.
+		if strings.Contains(ours, "field not declared") {
+			continue
+		}
+		for text := range seen {
+			if strings.Contains(text, "field not declared") || !reflect.DeepEqual(errorLines(text), errorLines(ours)) {
+				t.Errorf("case %d: structured-merge-diff\n%v\nours\n%s", i, text, ours)
+			}
+		}
+	}
+	t.Logf("%d objects, %d invalid: the same text as structured-merge-diff's %d times", n, invalid, same)
+}
+
+func errorLines(s string) []string {
+	lines := strings.Split(s, "\n")
+	sort.Strings(lines)
+	return lines
 }

@@ -76,6 +76,9 @@ spec:
   - {port: 80, protocol: TCP, name: http, tags: [a, b]}
   - {port: 53, protocol: UDP, name: dns}
   owners: [alice, bob]
+  pairs:
+  - {a: x, v: "1"}
+  - {a: x, b: y, v: "2"}
   args: [x, y]
   atomicList: [{a: "1"}]
   selector: {app: w, tier: t}
@@ -258,6 +261,10 @@ func applyCases() []applyCase {
 		widgetCase("ports-override-defaulted", "spec: {ports: [{port: 80, name: web}]}"),
 		widgetCase("ports-missing-key", "spec: {ports: [{name: x}]}"),
 		widgetCase("ports-item-tags", "spec: {ports: [{port: 53, protocol: UDP, tags: [c]}]}"),
+		widgetCase("pairs-other-key-same-value", "spec: {pairs: [{b: x, v: '3'}]}"),
+		widgetCase("pairs-partial-key", "spec: {pairs: [{a: x, v: '4'}]}"),
+		widgetCase("pairs-full-key", "spec: {pairs: [{b: y, a: x, v: '5'}, {a: z}]}"),
+		widgetCase("pairs-no-key", "spec: {pairs: [{v: '6'}]}"),
 		widgetCase("owners-set", "spec: {owners: [carol, alice]}"),
 		widgetCase("owners-duplicate", "spec: {owners: [carol, carol]}"),
 		widgetCase("args", "spec: {args: [z]}"),

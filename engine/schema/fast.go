@@ -267,8 +267,8 @@ func (l *clist) keyOf(e any) (string, bool) {
 			kvs[j], kvs[j-1] = kvs[j-1], kvs[j]
 		}
 	}
-	if len(kvs) == 1 {
-		return scalarKey(kvs[0].val) // one key: no name needed
+	if len(l.keys) == 1 {
+		return scalarKey(kvs[0].val) // the list's only key: no name needed
 	}
 	var b strings.Builder
 	for _, p := range kvs {

@@ -298,6 +298,19 @@ spec:
                       type: array
                       items:
                         type: string
+              pairs:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [a, b]
+                items:
+                  type: object
+                  properties:
+                    a:
+                      type: string
+                    b:
+                      type: string
+                    v:
+                      type: string
               owners:
                 type: array
                 x-kubernetes-list-type: set

@@ -47,6 +47,9 @@ var clientGoTypeConverter = applyconfigurations.NewTypeConverter(clientgoscheme.
 // TestBuiltinSchemaIsClientGos: the parsed built-in schema equals the one
 // client-go's converter uses.
 func TestBuiltinSchemaIsClientGos(t *testing.T) {
+	if err := LoadBuiltin(); err != nil {
+		t.Fatal(err)
+	}
 	p, err := parsedBuiltin()
 	if err != nil {
 		t.Fatal(err)

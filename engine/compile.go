@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 
+	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
@@ -13,6 +15,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
+	"github.com/arbiter-pdp/arbiter/engine/schema"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
 )
@@ -292,7 +295,15 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	c.indexes = indexes
 	c.mu.Unlock()
 	ps.vpol = vpol.NewSet(pols, bounds)
-	ps.mpol = mpol.NewSet(mpols, mbounds, nil)
+	var applier mpol.Applier
+	if len(mpols) > 0 {
+		a, err := newApplier(others)
+		if err != nil {
+			return nil, err
+		}
+		applier = a
+	}
+	ps.mpol = mpol.NewSet(mpols, mbounds, applier)
 	if !opts.KeepOrder {
 		sort.SliceStable(authzPols, func(i, j int) bool { return authzPols[i].Name < authzPols[j].Name })
 	}
@@ -425,4 +436,36 @@ func mutateExistingRefused(o *manifest.Object, p *mpol.Policy) *manifest.LoadErr
 		field = "spec.targetMatchConstraints"
 	}
 	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply): the server cannot read or update the cluster's resources yet")
+}
+
+// applier merges the apply configurations of mutations with the schemas
+// of the object's kind: the built-in kinds', and those of the
+// CustomResourceDefinitions among the set's objects.
+type applier struct{ schemas *schema.Schemas }
+
+func newApplier(objs []*manifest.Object) (*applier, error) {
+	var crds []map[string]any
+	for _, o := range objs {
+		if o.Group() == "apiextensions.k8s.io" && o.Kind == "CustomResourceDefinition" {
+			crds = append(crds, o.Content)
+		}
+	}
+	s, err := schema.NewSchemas(crds...)
+	if err != nil {
+		return nil, err
+	}
+	// The built-in schemas are parsed once per process (~0.15 s of CPU),
+	// on the first compilation that needs them rather than on the first
+	// decision.
+	if err := schema.LoadBuiltin(); err != nil {
+		return nil, err
+	}
+	return &applier{schemas: s}, nil
+}
+
+// Apply implements mpol.Applier.
+func (a *applier) Apply(obj, applyConfiguration map[string]any, allowAtomic bool) (map[string]any, error) {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	return schema.ApplyConfiguration(a.schemas.For(k8sschema.FromAPIVersionAndKind(apiVersion, kind)), obj, applyConfiguration, allowAtomic)
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/store"
@@ -268,7 +269,7 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 		b, _ := json.Marshal(obj)
 		dr.ObjectJson = b
 	}
-	req, err := RequestFromProto(dr)
+	req, err := convert.RequestFromProto(dr)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -297,13 +298,13 @@ func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*ar
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	req, err := RequestFromProto(in.GetRequest())
+	req, err := convert.RequestFromProto(in.GetRequest())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	req.Trace = &engine.Trace{}
 	d := snap.Set.Evaluate(ctx, req)
-	resp := &arbiterv1.ExplainResponse{Decision: ResponseFromDecision(d)}
+	resp := &arbiterv1.ExplainResponse{Decision: convert.ResponseFromDecision(d)}
 	resp.Decision.Revision, resp.Decision.Digest, resp.Decision.DecisionId = snap.Revision, snap.Digest, newDecisionID()
 	for _, st := range req.Trace.Steps {
 		resp.Steps = append(resp.Steps, &arbiterv1.ExplainStep{

@@ -19,11 +19,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	"github.com/arbiter-pdp/arbiter/internal/gctune"
+	"github.com/arbiter-pdp/arbiter/internal/parallel"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
-	"github.com/arbiter-pdp/arbiter/server"
+	"github.com/arbiter-pdp/arbiter/whatif"
 )
 
 type applyOptions struct {
@@ -189,7 +191,7 @@ func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) 
 	}
 	gvk := schema.FromAPIVersionAndKind(oc.apiVersion, oc.kind)
 	rep := report.New(oc.apiVersion, oc.kind, oc.namespace, oc.name,
-		engine.IsNamespaced(gvk.GroupKind()), server.ReportResults(oc.decision.GetResults()))
+		engine.IsNamespaced(gvk.GroupKind()), convert.ReportResults(oc.decision.GetResults()))
 	oc.decision, oc.candidate = nil, nil
 	if format == "json" {
 		return rep.AppendJSONCached(buf, "  ", cache)
@@ -334,7 +336,7 @@ func failed(outcomes []outcome, failOn string) bool {
 func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resourceDoc, operation string, mode engine.Mode, prog *progress, fin *finisher) ([]outcome, error) {
 	outcomes := make([]outcome, len(resources))
 	errs := make([]error, len(resources))
-	parallelDo(len(resources), func(i int) {
+	parallel.For(len(resources), func(i int) {
 		res, sizes, err := resources[i].decoded()
 		var req *engine.Request
 		if err == nil {
@@ -347,7 +349,7 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resource
 		// The request's objects are res's content, measured while decoded.
 		req.ObjectSizes = sizes
 		outcomes[i] = newOutcome(res, req.Namespace)
-		outcomes[i].decision = server.ResponseFromDecision(ps.Evaluate(ctx, req))
+		outcomes[i].decision = convert.ResponseFromDecision(ps.Evaluate(ctx, req))
 		fin.finish(i, &outcomes[i])
 		prog.add(1)
 	})
@@ -581,7 +583,7 @@ func writeWhatIf(out io.Writer, format string, outcomes []outcome, sum *arbiterv
 		doc.Items = append(doc.Items, item{
 			Resource:   resourceName(oc.kind, oc.namespace, oc.name),
 			AllowedNow: oc.decision.GetAllowed(), AllowedThen: oc.candidate.GetAllowed(),
-			Changes: diffResults(oc.decision, oc.candidate),
+			Changes: diffLines(oc.decision, oc.candidate),
 		})
 	}
 	switch format {
@@ -614,28 +616,17 @@ func writeWhatIf(out io.Writer, format string, outcomes []outcome, sum *arbiterv
 	return nil
 }
 
-// diffResults lists per policy how a result changes.
-func diffResults(now, then *arbiterv1.DecideResponse) []string {
-	key := func(r *arbiterv1.PolicyResult) string { return r.GetPolicy() }
-	before := map[string]*arbiterv1.PolicyResult{}
-	for _, r := range now.GetResults() {
-		before[key(r)] = r
-	}
+// diffLines says per policy how a result changes.
+func diffLines(now, then *arbiterv1.DecideResponse) []string {
 	var out []string
-	seen := map[string]bool{}
-	for _, r := range then.GetResults() {
-		seen[key(r)] = true
-		b, ok := before[key(r)]
+	for _, c := range whatif.Diff(now, then) {
 		switch {
-		case !ok:
-			out = append(out, fmt.Sprintf("%s: (none) -> %s %s", r.GetPolicy(), r.GetResult(), oneLine(r.GetMessage())))
-		case b.GetResult() != r.GetResult() || b.GetMessage() != r.GetMessage():
-			out = append(out, fmt.Sprintf("%s: %s -> %s %s", r.GetPolicy(), b.GetResult(), r.GetResult(), oneLine(r.GetMessage())))
-		}
-	}
-	for _, r := range now.GetResults() {
-		if !seen[key(r)] {
-			out = append(out, fmt.Sprintf("%s: %s -> (none)", r.GetPolicy(), r.GetResult()))
+		case c.Before == nil:
+			out = append(out, fmt.Sprintf("%s: (none) -> %s %s", c.Policy, c.After.GetResult(), oneLine(c.After.GetMessage())))
+		case c.After == nil:
+			out = append(out, fmt.Sprintf("%s: %s -> (none)", c.Policy, c.Before.GetResult()))
+		default:
+			out = append(out, fmt.Sprintf("%s: %s -> %s %s", c.Policy, c.Before.GetResult(), c.After.GetResult(), oneLine(c.After.GetMessage())))
 		}
 	}
 	return out

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,10 +12,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
-	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
-	"github.com/arbiter-pdp/arbiter/server"
 )
 
 type decideOptions struct {
@@ -144,9 +142,9 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		defer c.Close()
 		cctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
-		pr, err := protoRequest(req)
+		pr, err := convert.RequestToProto(req)
 		if err != nil {
-			return err
+			return exitWith(exitLoad, "%v", err)
 		}
 		pr.MinRevision = o.minRevision
 		resp, err = c.Decide(cctx, pr)
@@ -165,7 +163,7 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if err != nil {
 			return err
 		}
-		resp = server.ResponseFromDecision(ps.Evaluate(ctx, req))
+		resp = convert.ResponseFromDecision(ps.Evaluate(ctx, req))
 	}
 	if err := writeDecision(out, o.output, resp); err != nil {
 		return err
@@ -257,53 +255,4 @@ func writeDecision(w io.Writer, format string, resp *arbiterv1.DecideResponse) e
 		tw.Flush()
 	}
 	return nil
-}
-
-// protoRequest converts an engine request to its wire form.
-func protoRequest(req *engine.Request) (*arbiterv1.DecideRequest, error) {
-	var object, oldObject []byte
-	var err error
-	if req.Object != nil {
-		if object, err = jsonenc.AppendValue(nil, req.Object); err != nil {
-			return nil, exitWith(exitLoad, "object: %v", err)
-		}
-	}
-	if req.OldObject != nil {
-		if oldObject, err = jsonenc.AppendValue(nil, req.OldObject); err != nil {
-			return nil, exitWith(exitLoad, "old object: %v", err)
-		}
-	}
-	return protoRequestJSON(req, object, oldObject), nil
-}
-
-// protoRequestJSON is the DecideRequest of req, whose object and old
-// object are given as JSON.
-func protoRequestJSON(req *engine.Request, object, oldObject []byte) *arbiterv1.DecideRequest {
-	pr := &arbiterv1.DecideRequest{
-		Kind:          &arbiterv1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
-		Resource:      &arbiterv1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
-		SubResource:   req.SubResource,
-		Name:          req.Name,
-		Namespace:     req.Namespace,
-		DryRun:        req.DryRun,
-		UserInfo:      &arbiterv1.UserInfo{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
-		ObjectJson:    object,
-		OldObjectJson: oldObject,
-	}
-	switch strings.ToUpper(req.Operation) {
-	case engine.OpUpdate:
-		pr.Operation = arbiterv1.Operation_OPERATION_UPDATE
-	case engine.OpDelete:
-		pr.Operation = arbiterv1.Operation_OPERATION_DELETE
-	case engine.OpConnect:
-		pr.Operation = arbiterv1.Operation_OPERATION_CONNECT
-	default:
-		pr.Operation = arbiterv1.Operation_OPERATION_CREATE
-	}
-	if req.Mode == engine.ModeBackground {
-		pr.Mode = arbiterv1.Mode_MODE_BACKGROUND
-	} else {
-		pr.Mode = arbiterv1.Mode_MODE_ADMISSION
-	}
-	return pr
 }

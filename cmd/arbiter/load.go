@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -273,7 +274,7 @@ func remoteInputsOf(in *inputs, operation string, mode engine.Mode) (*remoteInpu
 		if req.OldObject != nil {
 			oldObject = js
 		}
-		out.resources = append(out.resources, remoteResource{object: o, request: protoRequestJSON(req, object, oldObject)})
+		out.resources = append(out.resources, remoteResource{object: o, request: convert.RequestToProtoJSON(req, object, oldObject)})
 	}
 	return out, nil
 }

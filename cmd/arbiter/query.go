@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/convert"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
@@ -93,9 +94,9 @@ func newExplainCommand() *cobra.Command {
 				return err
 			}
 			req.UserInfo.Username, req.UserInfo.Groups = user, groups
-			pr, err := protoRequest(req)
+			pr, err := convert.RequestToProto(req)
 			if err != nil {
-				return err
+				return exitWith(exitLoad, "%v", err)
 			}
 			c, ctx, cancel, err := q.dial(cmd.Context())
 			if err != nil {

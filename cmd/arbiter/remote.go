@@ -174,30 +174,3 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 // streamBatch is how many items apply --server sends per DecideStream
 // message.
 const streamBatch = 64
-
-// parallelDo runs fn(0..n-1) on GOMAXPROCS goroutines.
-func parallelDo(n int, fn func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 {
-		for i := 0; i < n; i++ {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	next := make(chan int, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				fn(i)
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-}

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
@@ -103,21 +105,21 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 	default:
 		return exitWith(exitLoad, "-o: unknown output %q (table, json, yaml)", o.output)
 	}
-	obj, err := readOne(o.file)
+	obj, err := apply.ReadOne(o.file)
 	if err != nil {
 		return err
 	}
 	var old *engine.Object
 	if o.oldFile != "" {
-		if old, err = readOne(o.oldFile); err != nil {
+		if old, err = apply.ReadOne(o.oldFile); err != nil {
 			return err
 		}
 	}
-	mode, err := parseMode(o.mode, engine.ModeAdmission)
+	mode, err := apply.ParseMode(o.mode, engine.ModeAdmission)
 	if err != nil {
 		return err
 	}
-	req, err := requestFor(obj, o.operation, mode)
+	req, err := apply.RequestFor(obj, o.operation, mode)
 	if err != nil {
 		return err
 	}
@@ -155,11 +157,11 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if o.minRevision != 0 {
 			return exitWith(exitLoad, "--min-revision needs --server")
 		}
-		objs, err := readObjects(args...)
+		objs, err := apply.ReadObjects(args...)
 		if err != nil {
 			return err
 		}
-		ps, err := compile(objs, engine.Options{})
+		ps, err := apply.Compile(objs, engine.Options{}, os.Stderr)
 		if err != nil {
 			return err
 		}
@@ -172,17 +174,6 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		return exitWith(exitDenied, "")
 	}
 	return nil
-}
-
-func readOne(path string) (*engine.Object, error) {
-	objs, err := readObjects(path)
-	if err != nil {
-		return nil, err
-	}
-	if len(objs) != 1 {
-		return nil, exitWith(exitLoad, "%s: want exactly one object, found %d", path, len(objs))
-	}
-	return objs[0], nil
 }
 
 func outputFromResponse(resp *arbiterv1.DecideResponse) decisionOutput {
@@ -250,7 +241,7 @@ func writeDecision(w io.Writer, format string, resp *arbiterv1.DecideResponse) e
 			if r.Rule != "" {
 				p += "/" + r.Rule
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", p, r.Result, oneLine(r.Message))
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p, r.Result, apply.OneLine(r.Message))
 		}
 		tw.Flush()
 	}

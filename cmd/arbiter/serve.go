@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	"github.com/arbiter-pdp/arbiter/internal/tracing"
@@ -214,7 +215,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	objs, err := readObjects(o.load...)
+	objs, err := apply.ReadObjects(o.load...)
 	if err != nil {
 		return err
 	}

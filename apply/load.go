@@ -1,7 +1,8 @@
-package main
+package apply
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -44,21 +45,33 @@ func (r resourceDoc) decoded() (*engine.Object, *manifest.Sizes, error) {
 	// The document's JSON is ours and never changes: decoded in place.
 	content, sizes, err := manifest.DecodeJSONSizedOwned(r.doc.JSON)
 	if err != nil {
-		return nil, nil, exitWith(exitLoad, "%s: %v", r.doc.Source(), err)
+		return nil, nil, fmt.Errorf("%s: %v", r.doc.Source(), err)
 	}
 	return engine.NewObject(r.doc.Source(), content), &sizes, nil
 }
 
-// readObjects reads every manifest under paths.
-func readObjects(paths ...string) ([]*engine.Object, error) {
+// ReadObjects reads every manifest under paths ("-": standard input).
+func ReadObjects(paths ...string) ([]*engine.Object, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
 	docs, err := manifest.ReadPaths(os.Stdin, paths...)
 	if err != nil {
-		return nil, exitWith(exitLoad, "%v", err)
+		return nil, fmt.Errorf("%v", err)
 	}
 	return engine.FromDocuments(docs), nil
+}
+
+// ReadOne reads the one object of a file.
+func ReadOne(path string) (*engine.Object, error) {
+	objs, err := ReadObjects(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) != 1 {
+		return nil, fmt.Errorf("%s: want exactly one object, found %d", path, len(objs))
+	}
+	return objs[0], nil
 }
 
 // readDocuments reads every manifest under paths, plain YAML as JSON (see
@@ -69,7 +82,7 @@ func readDocuments(paths []string) ([]*manifest.RawDocument, error) {
 	}
 	docs, err := manifest.ReadPathsJSON(os.Stdin, paths...)
 	if err != nil {
-		return nil, exitWith(exitLoad, "%v", err)
+		return nil, fmt.Errorf("%v", err)
 	}
 	return docs, nil
 }
@@ -83,7 +96,7 @@ func headObject(d *manifest.RawDocument) *engine.Object {
 func decodeDocument(d *manifest.RawDocument) (*engine.Object, error) {
 	content, err := d.Content()
 	if err != nil {
-		return nil, exitWith(exitLoad, "%s: %v", d.Source(), err)
+		return nil, fmt.Errorf("%s: %v", d.Source(), err)
 	}
 	return engine.NewObject(d.Source(), content), nil
 }
@@ -139,7 +152,7 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 			in.resources = append(in.resources, resourceDoc{object: full, doc: d})
 			in.objects = append(in.objects, full)
 		default:
-			return nil, exitWith(exitLoad, "%s: %s is a policy object, not a resource", o.Source, o.Ref())
+			return nil, fmt.Errorf("%s: %s is a policy object, not a resource", o.Source, o.Ref())
 		}
 	}
 	docs, err = readDocuments(exceptionPaths)
@@ -149,7 +162,7 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 	for _, d := range docs {
 		o := headObject(d)
 		if engine.Classify(o) != engine.ClassException {
-			return nil, exitWith(exitLoad, "%s: %s is not a PolicyException", o.Source, o.Ref())
+			return nil, fmt.Errorf("%s: %s is not a PolicyException", o.Source, o.Ref())
 		}
 		full, err := decodeDocument(d)
 		if err != nil {
@@ -160,26 +173,27 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 	return in, nil
 }
 
-// compile compiles the inputs' policies, reporting load errors with exit code 2.
-func compile(objs []*engine.Object, opts engine.Options) (*engine.PolicySet, error) {
+// Compile compiles policy objects; the Pod Security configuration's
+// warnings go to warnings.
+func Compile(objs []*engine.Object, opts engine.Options, warnings io.Writer) (*engine.PolicySet, error) {
 	ps, err := engine.Compile(objs, opts)
 	if err != nil {
 		if l := engine.AsLoadErrors(err); l != nil {
-			return nil, exitWith(exitLoad, "cannot load policies:\n  %s", strings.ReplaceAll(l.Error(), "\n", "\n  "))
+			return nil, fmt.Errorf("cannot load policies:\n  %s", strings.ReplaceAll(l.Error(), "\n", "\n  "))
 		}
-		return nil, exitWith(exitLoad, "%v", err)
+		return nil, fmt.Errorf("%v", err)
 	}
 	for _, w := range ps.PodSecurityWarnings() {
-		fmt.Fprintf(os.Stderr, "warning: %s: %s\n", ps.PodSecurityConfiguration().Source, w)
+		fmt.Fprintf(warnings, "warning: %s: %s\n", ps.PodSecurityConfiguration().Source, w)
 	}
 	return ps, nil
 }
 
-// requestFor builds the request the CLI evaluates a resource with, as
+// RequestFor builds the request the CLI evaluates a resource with, as
 // `kyverno apply` does: CREATE with the object; UPDATE with the object as
 // object and oldObject; DELETE with it as oldObject only. A namespaced
 // object without a namespace is in "default".
-func requestFor(o *engine.Object, operation string, mode engine.Mode) (*engine.Request, error) {
+func RequestFor(o *engine.Object, operation string, mode engine.Mode) (*engine.Request, error) {
 	req := &engine.Request{Operation: strings.ToUpper(operation), Mode: mode}
 	switch req.Operation {
 	case "", engine.OpCreate:
@@ -193,7 +207,7 @@ func requestFor(o *engine.Object, operation string, mode engine.Mode) (*engine.R
 	case engine.OpConnect:
 		req.Object = o.Content
 	default:
-		return nil, exitWith(exitLoad, "--operation: unknown operation %q (CREATE, UPDATE, DELETE, CONNECT)", operation)
+		return nil, fmt.Errorf("--operation: unknown operation %q (CREATE, UPDATE, DELETE, CONNECT)", operation)
 	}
 	req.Fill()
 	gvk := schema.FromAPIVersionAndKind(o.APIVersion, o.Kind)
@@ -203,7 +217,8 @@ func requestFor(o *engine.Object, operation string, mode engine.Mode) (*engine.R
 	return req, nil
 }
 
-func parseMode(s string, dflt engine.Mode) (engine.Mode, error) {
+// ParseMode reads --mode: admission, background, or empty for dflt.
+func ParseMode(s string, dflt engine.Mode) (engine.Mode, error) {
 	switch strings.ToLower(s) {
 	case "":
 		return dflt, nil
@@ -212,11 +227,11 @@ func parseMode(s string, dflt engine.Mode) (engine.Mode, error) {
 	case "background":
 		return engine.ModeBackground, nil
 	}
-	return 0, exitWith(exitLoad, "--mode: unknown mode %q (admission, background)", s)
+	return 0, fmt.Errorf("--mode: unknown mode %q (admission, background)", s)
 }
 
-// resourceName is "Kind namespace/name" for tables.
-func resourceName(kind, namespace, name string) string {
+// ResourceName is "Kind namespace/name" for tables.
+func ResourceName(kind, namespace, name string) string {
 	if namespace != "" {
 		return fmt.Sprintf("%s %s/%s", kind, namespace, name)
 	}
@@ -246,11 +261,11 @@ func remoteInputsOf(in *inputs, operation string, mode engine.Mode) (*remoteInpu
 	out := &remoteInputs{namespaces: map[string]*structpb.Struct{}}
 	for _, o := range in.objects {
 		if engine.Classify(o) != engine.ClassNamespace {
-			return nil, exitWith(exitLoad, "%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
+			return nil, fmt.Errorf("%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
 		}
 		st, err := structpb.NewStruct(o.Content)
 		if err != nil {
-			return nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
+			return nil, fmt.Errorf("%s: %s: %v", o.Source, o.Ref(), err)
 		}
 		out.namespaces[o.Name] = st
 	}
@@ -258,10 +273,10 @@ func remoteInputsOf(in *inputs, operation string, mode engine.Mode) (*remoteInpu
 		o := r.object
 		js, err := r.doc.Encoded()
 		if err != nil {
-			return nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
+			return nil, fmt.Errorf("%s: %s: %v", o.Source, o.Ref(), err)
 		}
 		// requestFor needs only the identity of the object: the head.
-		req, err := requestFor(&engine.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
+		req, err := RequestFor(&engine.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
 			Content: map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "metadata": map[string]any{"name": o.Name, "namespace": o.Namespace}}},
 			operation, mode)
 		if err != nil {

@@ -57,7 +57,7 @@ func ReadObjects(paths ...string) ([]*engine.Object, error) {
 	}
 	docs, err := manifest.ReadPaths(os.Stdin, paths...)
 	if err != nil {
-		return nil, fmt.Errorf("%v", err)
+		return nil, err
 	}
 	return engine.FromDocuments(docs), nil
 }
@@ -82,7 +82,7 @@ func readDocuments(paths []string) ([]*manifest.RawDocument, error) {
 	}
 	docs, err := manifest.ReadPathsJSON(os.Stdin, paths...)
 	if err != nil {
-		return nil, fmt.Errorf("%v", err)
+		return nil, err
 	}
 	return docs, nil
 }
@@ -181,7 +181,7 @@ func Compile(objs []*engine.Object, opts engine.Options, warnings io.Writer) (*e
 		if l := engine.AsLoadErrors(err); l != nil {
 			return nil, fmt.Errorf("cannot load policies:\n  %s", strings.ReplaceAll(l.Error(), "\n", "\n  "))
 		}
-		return nil, fmt.Errorf("%v", err)
+		return nil, err
 	}
 	for _, w := range ps.PodSecurityWarnings() {
 		fmt.Fprintf(warnings, "warning: %s: %s\n", ps.PodSecurityConfiguration().Source, w)
@@ -230,8 +230,8 @@ func ParseMode(s string, dflt engine.Mode) (engine.Mode, error) {
 	return 0, fmt.Errorf("--mode: unknown mode %q (admission, background)", s)
 }
 
-// ResourceName is "Kind namespace/name" for tables.
-func ResourceName(kind, namespace, name string) string {
+// resourceName is "Kind namespace/name" for tables.
+func resourceName(kind, namespace, name string) string {
 	if namespace != "" {
 		return fmt.Sprintf("%s %s/%s", kind, namespace, name)
 	}

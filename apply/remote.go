@@ -35,14 +35,14 @@ func decideRemote(ctx context.Context, addr string, opts []client.Option, in *re
 	}
 	c, err := client.Dial(ctx, addr, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%v", err)
+		return nil, nil, err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.Decision.DecideStream(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s", client.Describe(err))
+		return nil, nil, errors.New(client.Describe(err))
 	}
 	// What is kept of each resource is its identity: the sender drops the
 	// requests (the bulk of the inputs) once they are sent.

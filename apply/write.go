@@ -38,7 +38,7 @@ func writeReports(out io.Writer, format string, reports []report.Report) error {
 	fmt.Fprintln(tw, "RESOURCE\tPOLICY\tRESULT\tMESSAGE")
 	var total report.Summary
 	for _, r := range reports {
-		name := ResourceName(r.Scope.Kind, r.Scope.Namespace, r.Scope.Name)
+		name := resourceName(r.Scope.Kind, r.Scope.Namespace, r.Scope.Name)
 		if len(r.Results) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\tno policy applies\n", name)
 		}
@@ -171,7 +171,7 @@ type junitMessage struct {
 func writeJUnit(out io.Writer, reports []report.Report) error {
 	all := junitSuites{Name: "arbiter apply"}
 	for _, r := range reports {
-		suite := junitSuite{Name: ResourceName(r.Scope.Kind, r.Scope.Namespace, r.Scope.Name)}
+		suite := junitSuite{Name: resourceName(r.Scope.Kind, r.Scope.Namespace, r.Scope.Name)}
 		for _, res := range r.Results {
 			name := res.Policy
 			if res.Rule != "" {
@@ -237,7 +237,7 @@ func writeWhatIf(out io.Writer, format string, outcomes []outcome, sum *arbiterv
 			continue
 		}
 		doc.Items = append(doc.Items, item{
-			Resource:   ResourceName(oc.kind, oc.namespace, oc.name),
+			Resource:   resourceName(oc.kind, oc.namespace, oc.name),
 			AllowedNow: oc.decision.GetAllowed(), AllowedThen: oc.candidate.GetAllowed(),
 			Changes: diffLines(oc.decision, oc.candidate),
 		})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"sync"
 	"time"
 
@@ -202,27 +201,22 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	// A fixed pool of workers decides the items: long-lived goroutines keep
 	// the stacks CEL evaluation grows (a goroutine per item grew and copied
 	// its stack for every item).
-	jobs := make(chan job, streamWindow)
-	for range runtime.GOMAXPROCS(0) {
-		go func() {
-			for j := range jobs {
-				out := make([]*arbiterv1.ItemResult, len(j.items))
-				for k, item := range j.items {
-					if item == nil {
-						item = &arbiterv1.BatchItem{}
-					}
-					out[k] = s.decideItem(ctx, snap, cand, reports, j.index+uint32(k), item)
-				}
-				j.done <- out
+	jobs := parallel.NewPool(streamWindow, func(j job) {
+		out := make([]*arbiterv1.ItemResult, len(j.items))
+		for k, item := range j.items {
+			if item == nil {
+				item = &arbiterv1.BatchItem{}
 			}
-		}()
-	}
+			out[k] = s.decideItem(ctx, snap, cand, reports, j.index+uint32(k), item)
+		}
+		j.done <- out
+	})
 	recvErr := make(chan error, 1)
 	batched := len(first.GetItems()) > 0
 	// Reader: receives items, queues their evaluation, queues their slots in order.
 	go func() {
 		defer close(slots)
-		defer close(jobs)
+		defer jobs.Close()
 		msg := first
 		var index uint32
 		for {
@@ -248,7 +242,7 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 					recvErr <- ctx.Err()
 					return
 				}
-				jobs <- job{index: index, items: chunk, done: sl.done}
+				jobs.Put(job{index: index, items: chunk, done: sl.done})
 				index += uint32(len(chunk))
 			}
 			var err error

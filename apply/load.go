@@ -263,7 +263,7 @@ func remoteInputsOf(in *inputs, operation string, mode engine.Mode) (*remoteInpu
 		if engine.Classify(o) != engine.ClassNamespace {
 			return nil, fmt.Errorf("%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
 		}
-		st, err := structpb.NewStruct(o.Content)
+		st, err := convert.NamespaceToProto(o)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %v", o.Source, o.Ref(), err)
 		}

@@ -268,6 +268,13 @@ func RequestToProtoJSON(req *engine.Request, object, oldObject []byte) *arbiterv
 	return pr
 }
 
+// NamespaceToProto is a Namespace object as a DecideRequest's
+// namespace_object (RequestFromProto reads it back, integral numbers as
+// int64).
+func NamespaceToProto(ns *engine.Object) (*structpb.Struct, error) {
+	return structpb.NewStruct(ns.Content)
+}
+
 // ReportResults converts decision results to PolicyReport results.
 func ReportResults(rs []*arbiterv1.PolicyResult) []report.Result {
 	out := make([]report.Result, len(rs))

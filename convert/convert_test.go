@@ -47,3 +47,28 @@ func TestRequestFromProtoFieldErrors(t *testing.T) {
 		t.Fatalf("a CREATE without an object: %v", err)
 	}
 }
+
+func TestNamespaceRoundTrip(t *testing.T) {
+	ns := engine.NewObject("ns.yaml", map[string]any{"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": "team-a", "labels": map[string]any{"env": "prod"}, "generation": int64(3)}})
+	st, err := NamespaceToProto(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &engine.Request{Operation: engine.OpCreate, Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "c", "namespace": "team-a"}}}
+	req.Fill()
+	pr, err := RequestToProto(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.NamespaceObject = st
+	back, err := RequestFromProto(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _ := back.NamespaceObject["metadata"].(map[string]any)
+	labels, _ := meta["labels"].(map[string]any)
+	if labels["env"] != "prod" || meta["generation"] != int64(3) {
+		t.Fatalf("namespace read back as %v", back.NamespaceObject)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
@@ -317,7 +318,7 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 		b, _ := json.Marshal(obj)
 		dr.ObjectJson = b
 	}
-	req, opts, err := RequestFromProto(dr)
+	req, opts, err := convert.RequestFromProto(dr)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -351,13 +352,13 @@ func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*ar
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	req, opts, err := RequestFromProto(in.GetRequest())
+	req, opts, err := convert.RequestFromProto(in.GetRequest())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	opts.Trace = &outcome.Trace{}
 	d := snap.Set.Evaluate(ctx, req, opts)
-	resp := &arbiterv1.ExplainResponse{Decision: ResponseFromDecision(d)}
+	resp := &arbiterv1.ExplainResponse{Decision: convert.ResponseFromDecision(d)}
 	resp.Decision.Revision, resp.Decision.Digest, resp.Decision.DecisionId = snap.Revision, snap.Digest, newDecisionID()
 	for _, st := range opts.Trace.Steps {
 		resp.Steps = append(resp.Steps, &arbiterv1.ExplainStep{

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/schema"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
+	"github.com/arbiter-pdp/arbiter/internal/parallel"
 )
 
 // Compiler compiles objects into policy sets. It remembers what it compiled
@@ -178,28 +178,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			}
 		}
 	}
-	if workers := min(runtime.GOMAXPROCS(0), len(todo)/8); workers > 1 {
-		var wg sync.WaitGroup
-		next := make(chan int)
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range next {
-					compileSlot(&slots[i])
-				}
-			}()
-		}
-		for _, i := range todo {
-			next <- i
-		}
-		close(next)
-		wg.Wait()
-	} else {
-		for _, i := range todo {
-			compileSlot(&slots[i])
-		}
-	}
+	parallel.ForGrain(len(todo), 8, func(i int) { compileSlot(&slots[todo[i]]) })
 	var pols []*vpol.Policy
 	var mpols []*mpol.Policy
 	var excs []*exception.Exception

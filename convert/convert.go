@@ -16,6 +16,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/patch"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -49,6 +50,15 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*admission.Request, *engine.
 		return nil, nil, err
 	}
 	opts := &engine.EvalOptions{}
+	switch in.GetStages() {
+	case arbiterv1.Stages_STAGES_UNSPECIFIED:
+	case arbiterv1.Stages_STAGES_VALIDATE_ONLY:
+		opts.Stages = engine.ValidateOnly
+	case arbiterv1.Stages_STAGES_MUTATE_ONLY:
+		opts.Stages = engine.MutateOnly
+	default:
+		return nil, nil, fieldError("stages", fmt.Sprintf("unknown stages %v", in.GetStages()))
+	}
 	// Measured while decoding JSON: the engine need not walk the objects.
 	switch {
 	case req.Object != nil && sizes == nil, req.OldObject != nil && oldSizes == nil:
@@ -234,8 +244,11 @@ func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 	return resp
 }
 
+// PatchTypeJSONPatch is DecideResponse.patch_type of an RFC 6902 patch.
+const PatchTypeJSONPatch = "JSONPatch"
+
 // VerdictFromDecision is the DecideResponse of a decision without its
-// results.
+// results (with its patch).
 func VerdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 	resp := &arbiterv1.DecideResponse{
 		Allowed:          d.Allowed,
@@ -245,6 +258,11 @@ func VerdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 	if a := d.Authorization; a != nil {
 		resp.AuthorizationResponseJson = a.JSON
 		resp.AuthorizationPolicy = a.Policy
+	}
+	if ops := d.Patch(); len(ops) > 0 {
+		// Diff's values are JSON-shaped: they always marshal.
+		resp.Patch, _ = patch.Marshal(ops)
+		resp.PatchType = PatchTypeJSONPatch
 	}
 	if !d.Allowed {
 		code := d.Code

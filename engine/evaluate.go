@@ -12,6 +12,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/patch"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -69,6 +70,8 @@ type Decision struct {
 	// Mutated is the object as the mutations left it, when they changed
 	// it (nil otherwise): what validations saw, and what would be admitted.
 	Mutated map[string]any
+	// original is the request's object (what Patch starts from).
+	original map[string]any
 	// Denials are the reasons the request is denied.
 	Denials []string
 	// Message is the denial message (Denials joined as Kyverno does).
@@ -153,7 +156,7 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 			m.mutate(rq, &d.Outcome)
 		}
 		if obj := rq.Object(); !sameObject(obj, req.Object) {
-			d.Mutated = obj
+			d.Mutated, d.original = obj, req.Object
 			mutated := *req
 			mutated.Object = obj
 			rq = rq.Continue(&mutated)
@@ -196,6 +199,15 @@ func (ps *PolicySet) kindsFor(req *admission.Request, opts *EvalOptions) ([]kind
 		r.Object, o.ObjectSizes = obj, &sizes
 	}
 	return []kind{authzKind{set: ps.authz, prepErr: err}}, &r, &o
+}
+
+// Patch returns the mutations as an RFC 6902 JSON patch from the
+// request's object to the mutated one (nil when nothing was mutated).
+func (d *Decision) Patch() []patch.Op {
+	if d.Mutated == nil {
+		return nil
+	}
+	return patch.Diff(d.original, d.Mutated)
 }
 
 // merge derives the verdict from the kinds' outcome: denied when any kind

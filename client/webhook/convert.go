@@ -113,7 +113,8 @@ func protoGVR(r *metav1.GroupVersionResource) *arbiterv1.GroupVersionResource {
 }
 
 // AdmissionResponse converts a decision to the response to the request uid:
-// allowed, status (the decision service's code, reason and message; the
+// allowed, the patch of the mutations (patchType JSONPatch; never on a
+// denial), status (the decision service's code, reason and message; the
 // message is Kyverno's "Policy NAME failed: MESSAGE", joined with "; "),
 // warnings, and audit annotations: the decision service's, then the
 // revision, digest and decision id (and dry-run, exceptions and Audit
@@ -124,6 +125,11 @@ func AdmissionResponse(uid types.UID, d *arbiterv1.DecideResponse, dryRun bool, 
 		UID:      uid,
 		Allowed:  d.GetAllowed(),
 		Warnings: d.GetWarnings(),
+	}
+	if d.GetAllowed() && len(d.GetPatch()) > 0 {
+		// Only a JSON patch is defined for admission responses.
+		pt := admissionv1.PatchTypeJSONPatch
+		out.Patch, out.PatchType = d.GetPatch(), &pt
 	}
 	if !d.GetAllowed() {
 		st := d.GetStatus()

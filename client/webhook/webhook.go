@@ -11,7 +11,10 @@
 //
 // Endpoints:
 //
-//	POST /validate  admission.k8s.io/v1 (or v1beta1) AdmissionReview in, AdmissionReview out
+//	POST /validate  admission.k8s.io/v1 (or v1beta1) AdmissionReview in, AdmissionReview out:
+//	                the validations of the object as admitted (STAGES_VALIDATE_ONLY)
+//	POST /mutate    the same, for a mutating webhook: the mutations
+//	                (STAGES_MUTATE_ONLY), answered with patchType JSONPatch
 //	GET  /healthz   200 while the process serves HTTP
 //	GET  /readyz    200 when the decision service answers gRPC health SERVING (cached briefly)
 package webhook
@@ -33,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/arbiter-pdp/arbiter/client"
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
 // Defaults of Config.
@@ -113,7 +117,12 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Logger = slog.Default()
 	}
 	h := &Handler{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
-	h.mux.HandleFunc("POST /validate", h.validate)
+	h.mux.HandleFunc("POST /validate", func(w http.ResponseWriter, r *http.Request) {
+		h.review(w, r, arbiterv1.Stages_STAGES_VALIDATE_ONLY)
+	})
+	h.mux.HandleFunc("POST /mutate", func(w http.ResponseWriter, r *http.Request) {
+		h.review(w, r, arbiterv1.Stages_STAGES_MUTATE_ONLY)
+	})
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	return h, nil
@@ -174,8 +183,10 @@ func (h *Handler) ready(ctx context.Context) (bool, error) {
 	return ok, err
 }
 
-// validate handles one AdmissionReview.
-func (h *Handler) validate(w http.ResponseWriter, r *http.Request) {
+// review handles one AdmissionReview: the API server's validating call
+// (the object as it will be admitted, validated only) or its mutating call
+// (mutated only; the response carries the patch).
+func (h *Handler) review(w http.ResponseWriter, r *http.Request, stages arbiterv1.Stages) {
 	start := time.Now()
 	if r.ContentLength > h.cfg.MaxBodyBytes {
 		h.fail(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge,
@@ -217,6 +228,7 @@ func (h *Handler) validate(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return
 	}
+	dreq.Stages = stages
 	if h.cfg.Monotonic {
 		dreq.MinRevision = h.seen.Load()
 	}
@@ -225,7 +237,7 @@ func (h *Handler) validate(w http.ResponseWriter, r *http.Request) {
 	resp, err := h.cfg.Client.Decide(ctx, dreq)
 	cancel()
 	attrs := []any{
-		"uid", req.UID, "operation", req.Operation, "kind", gvkString(req.Kind), "subresource", req.SubResource,
+		"stage", stageName(stages), "uid", req.UID, "operation", req.Operation, "kind", gvkString(req.Kind), "subresource", req.SubResource,
 		"namespace", req.Namespace, "name", req.Name, "user", req.UserInfo.Username, "dry_run", dreq.GetDryRun(),
 	}
 	if err != nil {
@@ -298,6 +310,13 @@ func errString(err error) string {
 }
 
 func quote(s string) string { return `"` + s + `"` }
+
+func stageName(s arbiterv1.Stages) string {
+	if s == arbiterv1.Stages_STAGES_MUTATE_ONLY {
+		return "mutate"
+	}
+	return "validate"
+}
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -268,7 +269,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			t.Errorf("%s: no name", d)
 		}
 	}
-	for _, k := range []string{"Namespace", "ServiceAccount", "Service", "StatefulSet", "Deployment", "PodDisruptionBudget", "ValidatingWebhookConfiguration"} {
+	for _, k := range []string{"Namespace", "ServiceAccount", "Service", "StatefulSet", "Deployment", "PodDisruptionBudget", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s under deploy/", k)
 		}
@@ -964,7 +965,7 @@ func TestKustomizeBuild(t *testing.T) {
 	}
 	for _, d := range m.docs {
 		acc, _ := metaAccessor(d.obj)
-		clusterScoped := d.gvk.Kind == "Namespace" || d.gvk.Kind == "ValidatingWebhookConfiguration"
+		clusterScoped := d.gvk.Kind == "Namespace" || d.gvk.Kind == "ValidatingWebhookConfiguration" || d.gvk.Kind == "MutatingWebhookConfiguration"
 		if !clusterScoped && acc.GetNamespace() != "arbiter" {
 			t.Errorf("%s %s: namespace %q", d.gvk.Kind, acc.GetName(), acc.GetNamespace())
 		}
@@ -980,5 +981,40 @@ func TestKustomizeBuild(t *testing.T) {
 	vwc := all[*admissionregistrationv1.ValidatingWebhookConfiguration](m)
 	if len(vwc) != 1 || vwc[0].Annotations["cert-manager.io/inject-ca-from"] == "" {
 		t.Errorf("the built ValidatingWebhookConfiguration lacks the CA injection annotation")
+	}
+	mwc := all[*admissionregistrationv1.MutatingWebhookConfiguration](m)
+	if len(mwc) != 1 || mwc[0].Annotations["cert-manager.io/inject-ca-from"] != vwc[0].Annotations["cert-manager.io/inject-ca-from"] {
+		t.Errorf("the built MutatingWebhookConfiguration lacks the validating one's CA injection annotation")
+	}
+}
+
+// TestMutatingWebhookConfiguration: the MutatingWebhookConfiguration calls
+// the same shim on /mutate for CREATE and UPDATE, with reinvocationPolicy
+// IfNeeded, and otherwise the validating webhook's exclusions, timeout,
+// failurePolicy and matchConditions.
+func TestMutatingWebhookConfiguration(t *testing.T) {
+	m := loadManifests(t)
+	mwcs := all[*admissionregistrationv1.MutatingWebhookConfiguration](m)
+	if len(mwcs) != 1 || len(mwcs[0].Webhooks) != 1 {
+		t.Fatalf("want one MutatingWebhookConfiguration with one webhook")
+	}
+	mw := mwcs[0].Webhooks[0]
+	vw := all[*admissionregistrationv1.ValidatingWebhookConfiguration](m)[0].Webhooks[0]
+	if mw.ReinvocationPolicy == nil || *mw.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy {
+		t.Errorf("reinvocationPolicy %v, want IfNeeded", mw.ReinvocationPolicy)
+	}
+	ref := mw.ClientConfig.Service
+	if ref == nil || ref.Path == nil || *ref.Path != "/mutate" || ref.Name != vw.ClientConfig.Service.Name || ref.Namespace != vw.ClientConfig.Service.Namespace {
+		t.Fatalf("clientConfig %+v: want the shim's Service, path /mutate", mw.ClientConfig)
+	}
+	ops := mw.Rules[0].Operations
+	if len(mw.Rules) != 1 || !slices.Equal(ops, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}) ||
+		!slices.Equal(mw.Rules[0].Resources, vw.Rules[0].Resources) {
+		t.Errorf("rules %+v: want CREATE and UPDATE of %v", mw.Rules, vw.Rules[0].Resources)
+	}
+	if *mw.FailurePolicy != *vw.FailurePolicy || *mw.TimeoutSeconds != *vw.TimeoutSeconds || *mw.SideEffects != *vw.SideEffects ||
+		!reflect.DeepEqual(mw.NamespaceSelector, vw.NamespaceSelector) || !reflect.DeepEqual(mw.MatchConditions, vw.MatchConditions) ||
+		!slices.Equal(mw.AdmissionReviewVersions, vw.AdmissionReviewVersions) {
+		t.Errorf("the mutating webhook differs from the validating one beyond path, operations and reinvocation")
 	}
 }

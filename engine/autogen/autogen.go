@@ -189,6 +189,7 @@ func isIdentByte(c byte) bool {
 }
 
 var (
+	metadataTypeRe        = regexp.MustCompile(`\bObject\.metadata\b`)
 	specRe                = regexp.MustCompile(`\b(object|oldObject|Object)\.spec`)
 	metadataLabelsRe      = regexp.MustCompile(`\b(object|oldObject|Object)\.metadata\.labels`)
 	metadataAnnotationsRe = regexp.MustCompile(`\b(object|oldObject|Object)\.metadata\.annotations`)
@@ -201,6 +202,9 @@ var (
 // read the pod template, and a root Object{...} apply configuration is
 // wrapped into the template's path. Kyverno applies it to matchConditions
 // and apply configurations only (not to variables or JSON patches).
+// Unlike Kyverno 1.19, the type names of metadata constructors are
+// rewritten too, so an apply configuration that sets labels works on the
+// template instead of failing its type check.
 func (c Config) RewriteMutation(expression string) string {
 	specReplacement, metadataReplacement := "spec.template.spec", "spec.template.metadata"
 	if c.Name == "cronjobs" {
@@ -209,6 +213,11 @@ func (c Config) RewriteMutation(expression string) string {
 	expression = specRe.ReplaceAllString(expression, "${1}."+specReplacement)
 	expression = metadataLabelsRe.ReplaceAllString(expression, "${1}."+metadataReplacement+".labels")
 	expression = metadataAnnotationsRe.ReplaceAllString(expression, "${1}."+metadataReplacement+".annotations")
+	// Arbiter's fix of Kyverno 1.19: the type names of metadata
+	// constructors move with the metadata into the template
+	// (Object.metadata{...} becomes Object.spec.template.metadata{...});
+	// Kyverno leaves them, and the mutation then fails its type check.
+	expression = metadataTypeRe.ReplaceAllString(expression, "Object."+metadataReplacement)
 	rest, ok := strings.CutPrefix(strings.TrimSpace(expression), "Object")
 	if !ok {
 		return expression

@@ -18,8 +18,9 @@ func podRule() *admissionregistrationv1.MatchResources {
 }
 
 // TestRewriteMutation: the cases of Kyverno's mpol autogen tests
-// (pkg/cel/policies/mpol/autogen/autogen_test.go), including its
-// unchanged inner type name (which Kyverno 1.19 keeps).
+// (pkg/cel/policies/mpol/autogen/autogen_test.go), except that the inner
+// type name of a metadata constructor is rewritten (Kyverno 1.19 keeps it,
+// and the mutation then fails its type check).
 func TestRewriteMutation(t *testing.T) {
 	configs := autogen.Configs(podRule(), nil)
 	if len(configs) != 2 || configs[0].Name != "cronjobs" || configs[1].Name != "defaults" {
@@ -31,7 +32,7 @@ func TestRewriteMutation(t *testing.T) {
 		expr, want string
 	}{
 		{defaults, `Object{metadata: Object.metadata{labels: Object.metadata.labels{foo: 'bar'}}}`,
-			`Object{spec: Object.spec{template: Object.spec.template{metadata: Object.metadata{labels: Object.spec.template.metadata.labels{foo: 'bar'}}}}}`},
+			`Object{spec: Object.spec{template: Object.spec.template{metadata: Object.spec.template.metadata{labels: Object.spec.template.metadata.labels{foo: 'bar'}}}}}`},
 		{defaults, `Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name})}}`,
 			`Object{spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{containers: object.spec.template.spec.containers.map(c, Object.spec.template.spec.containers{name: c.name})}}}}`},
 		{cron, `object.metadata.labels['app'] == 'x' && has(object.spec.hostNetwork)`,

@@ -103,10 +103,11 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 			r, mutated, sizes = s.evalVariant(rq, e, v)
 			if mutated != nil {
 				if background {
-					if r.Result == outcome.Pass && !reflect.DeepEqual(mutated, original) {
+					if r.Result == outcome.Pass && !patch.Equal(mutated, original) {
 						r.Result, r.Message = outcome.Fail, messageNotApplied
 					}
 				} else {
+					r.Mutated = !patch.Equal(mutated, rq.Object())
 					rq.SetObjectSized(mutated, sizes)
 				}
 			}

@@ -7,9 +7,11 @@ import (
 	"sync"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/admissionpolicy"
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
@@ -27,6 +29,7 @@ type Compiler struct {
 	policies   map[string]cachedPolicy
 	exceptions map[string]cachedException
 	vap        vap.Cache
+	mapol      mapol.Cache
 	// indexes are the exception indexes of the last compilation, by
 	// policy: a policy whose exceptions are the same (compiled) ones
 	// keeps its index.
@@ -96,7 +99,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
-	var vapObjs, others, psaObjs []*manifest.Object
+	var vapObjs, mapObjs, others, psaObjs []*manifest.Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -133,6 +136,13 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			} else {
 				seen[id] = true
 				vapObjs = append(vapObjs, o)
+			}
+		case ClassMAP, ClassMAPBinding:
+			if id := o.ID(); seen[id] {
+				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
+			} else {
+				seen[id] = true
+				mapObjs = append(mapObjs, o)
 			}
 		case ClassPodSecurityConfiguration:
 			psaObjs = append(psaObjs, o)
@@ -209,6 +219,11 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	c.mu.Unlock()
 	var kindErrs manifest.LoadErrors
 	ps.vap, kindErrs = c.vap.Compile(vapObjs, others, ps.namespaces, admission.IsNamespaced)
+	errs = append(errs, kindErrs...)
+	// Apply configurations need the schema of the object's kind: until
+	// engine/schema provides an Applier they fail as kube-apiserver's
+	// patcher does without a type converter.
+	ps.mapol, kindErrs = c.mapol.Compile(mapObjs, others, ps.namespaces, mapol.Options{Options: admissionpolicy.Options{Namespaced: admission.IsNamespaced}})
 	errs = append(errs, kindErrs...)
 	ps.psa, kindErrs = psa.Compile(psaObjs)
 	if errs = append(errs, kindErrs...); len(errs) > 0 {
@@ -304,6 +319,7 @@ func (c *Compiler) Forget(keep map[string]bool) {
 		}
 	}
 	c.vap.Forget(keep)
+	c.mapol.Forget(keep)
 }
 
 // PolicySet is an immutable, compiled set of policies of every kind with
@@ -313,6 +329,7 @@ type PolicySet struct {
 	vpol       *vpol.Set
 	mpol       *mpol.Set
 	vap        *vap.Set
+	mapol      *mapol.Set
 	psa        *psa.Set
 	exceptions []*exception.Exception
 	namespaces map[string]map[string]any
@@ -338,6 +355,11 @@ func (ps *PolicySet) finish() {
 		if n > 1 {
 			ps.shared[k] = true
 		}
+	}
+	// kube-apiserver runs MutatingAdmissionPolicies before the mutating
+	// webhooks (Kyverno's among them).
+	if !ps.mapol.Empty() {
+		ps.mutators = append(ps.mutators, mapolKind{ps.mapol})
 	}
 	if !ps.mpol.Empty() {
 		ps.mutators = append(ps.mutators, mpolKind{ps.mpol})

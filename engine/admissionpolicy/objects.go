@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
 // Param is a param object: an object of a kind some policy's paramKind names.
@@ -201,4 +202,14 @@ func ReasonCode(r metav1.StatusReason) int32 {
 		return 413
 	}
 	return 422 // Unprocessable Entity
+}
+
+// ParamKindOf returns the apiVersion and kind of a policy object's
+// paramKind, if it names one (read from the content, before compilation).
+func ParamKindOf(o *manifest.Object) (apiVersion, kind string, ok bool) {
+	spec, _ := o.Content["spec"].(map[string]any)
+	pk, _ := spec["paramKind"].(map[string]any)
+	apiVersion, _ = pk["apiVersion"].(string)
+	kind, _ = pk["kind"].(string)
+	return apiVersion, kind, kind != ""
 }

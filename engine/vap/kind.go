@@ -62,13 +62,7 @@ func Classify(o *manifest.Object) (policy, binding bool) {
 
 // ParamKindOf returns the apiVersion and kind of a policy object's
 // paramKind, if it names one (read from the content, before compilation).
-func ParamKindOf(o *manifest.Object) (apiVersion, kind string, ok bool) {
-	spec, _ := o.Content["spec"].(map[string]any)
-	pk, _ := spec["paramKind"].(map[string]any)
-	apiVersion, _ = pk["apiVersion"].(string)
-	kind, _ = pk["kind"].(string)
-	return apiVersion, kind, kind != ""
-}
+func ParamKindOf(o *manifest.Object) (apiVersion, kind string, ok bool) { return ap.ParamKindOf(o) }
 
 // Compile compiles the policies and bindings of objs (in any order) and
 // takes as params the objects of others whose kind a policy's paramKind

@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
@@ -143,6 +144,38 @@ func (p paramInformer) Informer() cache.SharedIndexInformer { return syncedInfor
 func (p paramInformer) Lister() cache.GenericLister         { return p.lister }
 
 var _ informers.GenericInformer = paramInformer{}
+
+// sortedLister lists params in namespace and name order, the order Arbiter
+// evaluates them in; kube-apiserver's informer cache lists them in a map's
+// order, which varies (and with it the result when two params' mutations
+// touch the same field).
+type sortedLister struct{ cache.GenericLister }
+
+func (l sortedLister) List(sel labels.Selector) ([]runtime.Object, error) {
+	out, err := l.GenericLister.List(sel)
+	sortObjects(out)
+	return out, err
+}
+
+func (l sortedLister) ByNamespace(ns string) cache.GenericNamespaceLister {
+	return sortedNamespaceLister{l.GenericLister.ByNamespace(ns)}
+}
+
+type sortedNamespaceLister struct{ cache.GenericNamespaceLister }
+
+func (l sortedNamespaceLister) List(sel labels.Selector) ([]runtime.Object, error) {
+	out, err := l.GenericNamespaceLister.List(sel)
+	sortObjects(out)
+	return out, err
+}
+
+func sortObjects(objs []runtime.Object) {
+	key := func(o runtime.Object) string {
+		m, _ := meta.Accessor(o)
+		return m.GetNamespace() + "/" + m.GetName()
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return key(objs[i]) < key(objs[j]) })
+}
 
 // objectInterfaces are the scheme's, with the equivalent resources of
 // Arbiter's table, an unstructured creater, and the conversion Arbiter
@@ -295,7 +328,7 @@ func kubeRun(t testing.TB, c *diffCase) outcome {
 			if c.clusterParams {
 				namespaced = false
 			}
-			h.ParamInformer = paramInformer{lister: cache.NewGenericLister(idx, schema.GroupResource{Group: gvk.Group, Resource: strings.ToLower(gvk.Kind) + "s"})}
+			h.ParamInformer = paramInformer{lister: sortedLister{cache.NewGenericLister(idx, schema.GroupResource{Group: gvk.Group, Resource: strings.ToLower(gvk.Kind) + "s"})}}
 			h.ParamScope = meta.RESTScopeNamespace
 			if !namespaced {
 				h.ParamScope = meta.RESTScopeRoot

@@ -288,6 +288,11 @@ func (d *dispatch) invoke(inv *invocation) *[]policyError {
 		errs = append(errs, policyError{policy: p, binding: inv.binding.Name, message: msg, invocationErr: true})
 		d.record(inv.key, ResultError, msg)
 	}
+	if d.reinvoking && !d.ifNeeded[inv.key] && p.failurePolicy == admissionregistrationv1.Ignore {
+		// Not run again: its matchConditions (evaluated first by the
+		// plugin) could only skip it, their errors being dropped.
+		return nil
+	}
 	if len(p.matchConditions) > 0 {
 		// matchConditions see the request's own resource, the matched kind
 		// and no namespaceObject.

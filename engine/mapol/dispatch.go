@@ -249,9 +249,7 @@ func (d *dispatch) pass() bool {
 		}
 	}
 	for i := range invocations {
-		if err := d.invoke(&invocations[i]); err != nil {
-			invocationErrs = append(invocationErrs, *err...)
-		}
+		invocationErrs = append(invocationErrs, d.invoke(&invocations[i])...)
 	}
 	if !d.reinvoking {
 		d.lastOutput = d.object
@@ -279,8 +277,8 @@ func (d *dispatch) reinvoke() bool {
 	return d.pass()
 }
 
-// invoke runs one invocation; it returns its errors (nil when none).
-func (d *dispatch) invoke(inv *invocation) *[]policyError {
+// invoke runs one invocation; it returns its errors.
+func (d *dispatch) invoke(inv *invocation) []policyError {
 	p := inv.policy
 	d.rq.TraceScope(p.Name, inv.binding.Name, inv.key.param)
 	var errs []policyError
@@ -323,7 +321,7 @@ func (d *dispatch) invoke(inv *invocation) *[]policyError {
 		switch {
 		case matched && matchErr != nil && p.failurePolicy != admissionregistrationv1.Ignore:
 			fail(matchErr.Error())
-			return &errs
+			return errs
 		case !matched || matchErr != nil:
 			d.record(inv.key, ResultSkip, MessageMatchConditions)
 			d.rq.Note(ap.Step{Phase: outcome.PhaseResult, Note: "skipped: a matchCondition is false (or failed with failurePolicy Ignore)"})
@@ -355,10 +353,7 @@ func (d *dispatch) invoke(inv *invocation) *[]policyError {
 		}
 		d.ifNeeded[inv.key] = true
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return &errs
+	return errs
 }
 
 // record records what became of an invocation (or binding, or policy):

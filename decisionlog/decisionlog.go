@@ -34,10 +34,23 @@ const (
 	DefaultQueue      = 16384
 )
 
-// DefaultMasks mask the contents of Secrets.
+// DefaultMasks mask the contents of Secrets, and the credentials and
+// bodies of authorization requests (the kinds the server logs Envoy and
+// HTTP CheckRequests under): their Authorization, Cookie and
+// Proxy-Authorization headers, as Envoy (lower case) and Go's net/http
+// (canonical case) name them.
 var DefaultMasks = []string{
 	"Secret:object.data", "Secret:object.stringData",
 	"Secret:oldObject.data", "Secret:oldObject.stringData",
+	"EnvoyCheckRequest:object.attributes.request.http.headers.authorization",
+	"EnvoyCheckRequest:object.attributes.request.http.headers.cookie",
+	"EnvoyCheckRequest:object.attributes.request.http.headers.proxy-authorization",
+	"EnvoyCheckRequest:object.attributes.request.http.body",
+	"EnvoyCheckRequest:object.attributes.request.http.rawBody",
+	"HTTPCheckRequest:object.attributes.header.Authorization",
+	"HTTPCheckRequest:object.attributes.header.Cookie",
+	"HTTPCheckRequest:object.attributes.header.Proxy-Authorization",
+	"HTTPCheckRequest:object.attributes.body",
 }
 
 // Config configures a Logger.

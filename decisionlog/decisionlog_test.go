@@ -94,6 +94,35 @@ func TestMasking(t *testing.T) {
 	}
 }
 
+// The default masks hide the credentials and bodies of authorization requests.
+func TestMaskingAuthorizationRequests(t *testing.T) {
+	envoy := map[string]any{"attributes": map[string]any{"request": map[string]any{"http": map[string]any{
+		"path": "/", "body": "secret body", "headers": map[string]any{"authorization": "bearer t0k3n", "cookie": "s=1", "x-id": "7"}}}}}
+	httpReq := map[string]any{"attributes": map[string]any{"path": "/", "body": "c2VjcmV0",
+		"header": map[string]any{"Authorization": []any{"Basic dXNlcjpwdw=="}, "Accept": []any{"*/*"}}}}
+	path := filepath.Join(t.TempDir(), "log")
+	l, err := New(Config{Output: path, IncludeObjects: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(entry("1", "EnvoyCheckRequest", envoy))
+	l.Log(entry("2", "HTTPCheckRequest", httpReq))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := readLines(t, path)
+	for i, want := range []string{`"authorization":"***"`, `"Authorization":"***"`} {
+		b, _ := json.Marshal(lines[i]["object"])
+		if !strings.Contains(string(b), want) || strings.Contains(string(b), "t0k3n") || strings.Contains(string(b), "dXNlcjpwdw") ||
+			strings.Contains(string(b), "secret body") || strings.Contains(string(b), "c2VjcmV0") {
+			t.Errorf("line %d: %s", i+1, b)
+		}
+		if !strings.Contains(string(b), `"path":"/"`) {
+			t.Errorf("line %d: too much masked: %s", i+1, b)
+		}
+	}
+}
+
 func deepCopy(m map[string]any) map[string]any {
 	b, _ := json.Marshal(m)
 	var out map[string]any

@@ -4,7 +4,10 @@ import (
 	"context"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/mapol"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -22,27 +25,41 @@ type Applicable struct {
 	// configuration that matched.
 	Policy  *vpol.Policy
 	Variant string
+	// MutatingPolicy is set for a Kyverno MutatingPolicy or
+	// NamespacedMutatingPolicy (Variant as for Policy).
+	MutatingPolicy *mpol.Policy
 	// VAP is set for a ValidatingAdmissionPolicy: its bindings are those
 	// whose matchResources select the request.
 	VAP *vap.Info
+	// MAP is set for a MutatingAdmissionPolicy (its bindings as VAP's).
+	MAP *mapol.Info
 	// PodSecurity is set for a Pod Security level: the level as it applies
 	// to the request — the modes and versions of the request's namespace,
 	// their actions and resources.
 	PodSecurity *psa.Info
-	Exceptions  []exception.Applicability
+	// Authz is set for an authorization policy (a ValidatingPolicy in
+	// Envoy or HTTP mode), which applies to every request of its mode.
+	Authz      *authz.Policy
+	Exceptions []exception.Applicability
 	// MatchError is the error matching the policy to the request (its
 	// decision result is then an error).
 	MatchError string
 }
 
 // Applicable returns the policies that apply to the request, in
-// evaluation order, by the same gates and matching as Evaluate, without
+// evaluation order (mutating, then validating), by the same gates and matching as Evaluate, without
 // evaluating their validations; with evaluate, each bound exception's
 // matchConditions are evaluated against the request's object. opts may be nil.
 func (ps *PolicySet) Applicable(ctx context.Context, req *admission.Request, evaluate bool, opts *EvalOptions) []Applicable {
+	kinds, req, opts := ps.kindsFor(req, opts)
 	rq := ps.newRequest(ctx, req, opts)
 	var out []Applicable
-	for _, k := range ps.validators {
+	if !req.Shape.Authorization() {
+		for _, m := range ps.mutators {
+			out = m.applicable(rq, evaluate, out)
+		}
+	}
+	for _, k := range kinds {
 		out = k.applicable(rq, evaluate, out)
 	}
 	return out

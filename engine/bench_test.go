@@ -63,3 +63,25 @@ func BenchmarkPodSecurity(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMutateThenValidate runs a Pod through the ten MutatingPolicies
+// of testdata/bench/mutating, then the 16 Pod Security ValidatingPolicies
+// of deploy/examples/pod-security, in one Evaluate (issue budget: ≤ 100 µs).
+func BenchmarkMutateThenValidate(b *testing.B) {
+	ps, objs := loadSet(b, "../deploy/examples/pod-security", "testdata/bench/mutating", "testdata/pss/compliant-pod.yaml", "testdata/pss/violating-pod.yaml")
+	for _, pod := range []string{"compliant-pod", "violating-pod"} {
+		o := resourceNamed(b, objs, pod)
+		b.Run(pod, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				req := &admission.Request{Object: o.Content}
+				req.Fill()
+				d := ps.Evaluate(ctx, req, nil)
+				if len(d.Results) != 26 || d.Mutated == nil {
+					b.Fatalf("%d results, mutated %v", len(d.Results), d.Mutated != nil)
+				}
+			}
+		})
+	}
+}

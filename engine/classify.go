@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
@@ -15,7 +16,8 @@ type Class int
 const (
 	// ClassResource is an object to evaluate.
 	ClassResource Class = iota
-	// ClassPolicy is a ValidatingPolicy or NamespacedValidatingPolicy.
+	// ClassPolicy is a ValidatingPolicy or NamespacedValidatingPolicy in
+	// Kubernetes or JSON mode (engine/vpol).
 	ClassPolicy
 	// ClassException is a policies.kyverno.io PolicyException.
 	ClassException
@@ -30,6 +32,11 @@ const (
 	// ClassPodSecurityConfiguration is the Pod Security Admission
 	// configuration (pod-security.admission.config.k8s.io PodSecurityConfiguration).
 	ClassPodSecurityConfiguration
+	// ClassAuthzPolicy is an authorization policy of the Kyverno Authz
+	// Server: a ValidatingPolicy whose spec.evaluation.mode is Envoy or
+	// HTTP (engine/authz). It evaluates Envoy and HTTP CheckRequests, not
+	// admission requests.
+	ClassAuthzPolicy
 	// ClassMutatingPolicy is a MutatingPolicy or NamespacedMutatingPolicy.
 	ClassMutatingPolicy
 	// ClassMAP is a Kubernetes MutatingAdmissionPolicy.
@@ -53,6 +60,9 @@ func Classify(o *manifest.Object) Class {
 	case group == kyvernoapi.Group:
 		switch o.Kind {
 		case kyvernoapi.KindValidatingPolicy, kyvernoapi.KindNamespacedValidatingPolicy:
+			if authz.IsAuthorization(o) {
+				return ClassAuthzPolicy
+			}
 			return ClassPolicy
 		case kyvernoapi.KindMutatingPolicy, kyvernoapi.KindNamespacedMutatingPolicy:
 			return ClassMutatingPolicy

@@ -1,21 +1,25 @@
 package engine
 
 import (
-	"runtime"
 	"slices"
 	"sort"
 	"sync"
 
+	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/admissionpolicy"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
+	"github.com/arbiter-pdp/arbiter/engine/schema"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
+	"github.com/arbiter-pdp/arbiter/internal/parallel"
 )
 
 // Compiler compiles objects into policy sets. It remembers what it compiled
@@ -30,6 +34,7 @@ type Compiler struct {
 	exceptions map[string]cachedException
 	vap        vap.Cache
 	mapol      mapol.Cache
+	authz      map[string]cachedAuthz
 	// indexes are the exception indexes of the last compilation, by
 	// policy: a policy whose exceptions are the same (compiled) ones
 	// keeps its index.
@@ -47,6 +52,11 @@ type cachedPolicy struct {
 	mpol    *mpol.Policy
 }
 
+type cachedAuthz struct {
+	version string
+	policy  *authz.Policy
+}
+
 type cachedException struct {
 	version   string
 	exception *exception.Exception
@@ -62,6 +72,7 @@ func NewCompiler() (*Compiler, error) {
 		env:        env,
 		policies:   map[string]cachedPolicy{},
 		exceptions: map[string]cachedException{},
+		authz:      map[string]cachedAuthz{},
 	}, nil
 }
 
@@ -99,7 +110,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
-	var vapObjs, mapObjs, others, psaObjs []*manifest.Object
+	var vapObjs, mapObjs, others, psaObjs, authzObjs []*manifest.Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -144,6 +155,13 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 				seen[id] = true
 				mapObjs = append(mapObjs, o)
 			}
+		case ClassAuthzPolicy:
+			if id := o.ID(); seen[id] {
+				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
+			} else {
+				seen[id] = true
+				authzObjs = append(authzObjs, o)
+			}
 		case ClassPodSecurityConfiguration:
 			psaObjs = append(psaObjs, o)
 		case ClassResource:
@@ -170,28 +188,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			}
 		}
 	}
-	if workers := min(runtime.GOMAXPROCS(0), len(todo)/8); workers > 1 {
-		var wg sync.WaitGroup
-		next := make(chan int)
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range next {
-					compileSlot(&slots[i])
-				}
-			}()
-		}
-		for _, i := range todo {
-			next <- i
-		}
-		close(next)
-		wg.Wait()
-	} else {
-		for _, i := range todo {
-			compileSlot(&slots[i])
-		}
-	}
+	parallel.ForGrain(len(todo), 8, func(i int) { compileSlot(&slots[todo[i]]) })
 	var pols []*vpol.Policy
 	var mpols []*mpol.Policy
 	var excs []*exception.Exception
@@ -220,12 +217,26 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	var kindErrs manifest.LoadErrors
 	ps.vap, kindErrs = c.vap.Compile(vapObjs, others, ps.namespaces, admission.IsNamespaced)
 	errs = append(errs, kindErrs...)
-	// Apply configurations need the schema of the object's kind: until
-	// engine/schema provides an Applier they fail as kube-apiserver's
-	// patcher does without a type converter.
-	ps.mapol, kindErrs = c.mapol.Compile(mapObjs, others, ps.namespaces, mapol.Options{Options: admissionpolicy.Options{Namespaced: admission.IsNamespaced}})
+	// Both mutating kinds merge apply configurations with the schemas of
+	// the built-in kinds and of the set's CustomResourceDefinitions.
+	var applier *applier
+	if len(mpols) > 0 || len(mapObjs) > 0 {
+		a, err := newApplier(others)
+		if err != nil {
+			return nil, err
+		}
+		applier = a
+	}
+	mapOpts := mapol.Options{Options: admissionpolicy.Options{Namespaced: admission.IsNamespaced}}
+	if applier != nil {
+		mapOpts.Applier = applier
+	}
+	ps.mapol, kindErrs = c.mapol.Compile(mapObjs, others, ps.namespaces, mapOpts)
 	errs = append(errs, kindErrs...)
 	ps.psa, kindErrs = psa.Compile(psaObjs)
+	errs = append(errs, kindErrs...)
+	var authzPols []*authz.Policy
+	authzPols, kindErrs = c.compileAuthz(authzObjs)
 	if errs = append(errs, kindErrs...); len(errs) > 0 {
 		return nil, errs
 	}
@@ -289,9 +300,56 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	c.indexes = indexes
 	c.mu.Unlock()
 	ps.vpol = vpol.NewSet(pols, bounds)
-	ps.mpol = mpol.NewSet(mpols, mbounds, nil)
+	var mpolApplier mpol.Applier
+	if applier != nil {
+		mpolApplier = applier
+	}
+	ps.mpol = mpol.NewSet(mpols, mbounds, mpolApplier)
+	if !opts.KeepOrder {
+		sort.SliceStable(authzPols, func(i, j int) bool { return authzPols[i].Name < authzPols[j].Name })
+	}
+	ps.authz = authz.NewSet(authzPols)
 	ps.finish()
 	return ps, nil
+}
+
+// compileAuthz compiles the authorization policies (cached by identity
+// and version), in the order given. The CEL environments of the
+// authorization modes are built on first use.
+func (c *Compiler) compileAuthz(objs []*manifest.Object) ([]*authz.Policy, manifest.LoadErrors) {
+	if len(objs) == 0 {
+		return nil, nil
+	}
+	env, err := authz.DefaultEnv()
+	if err != nil {
+		var errs manifest.LoadErrors
+		for _, o := range objs {
+			errs = append(errs, manifest.Errorf(o, "spec", "building the authorization CEL environment: %v", err))
+		}
+		return nil, errs
+	}
+	var out []*authz.Policy
+	var errs manifest.LoadErrors
+	for _, o := range objs {
+		id, ver := o.ID(), o.ContentVersion()
+		c.mu.Lock()
+		cached, ok := c.authz[id]
+		c.mu.Unlock()
+		if ok && cached.version == ver {
+			out = append(out, cached.policy)
+			continue
+		}
+		p, lerr := authz.Compile(env, o)
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
+		}
+		c.mu.Lock()
+		c.authz[id] = cachedAuthz{version: ver, policy: p}
+		c.mu.Unlock()
+		out = append(out, p)
+	}
+	return out, errs
 }
 
 // Compile is a convenience for a one-off compilation with a fresh compiler.
@@ -318,6 +376,11 @@ func (c *Compiler) Forget(keep map[string]bool) {
 			delete(c.exceptions, id)
 		}
 	}
+	for id := range c.authz {
+		if !keep[id] {
+			delete(c.authz, id)
+		}
+	}
 	c.vap.Forget(keep)
 	c.mapol.Forget(keep)
 }
@@ -331,6 +394,7 @@ type PolicySet struct {
 	vap        *vap.Set
 	mapol      *mapol.Set
 	psa        *psa.Set
+	authz      *authz.Set
 	exceptions []*exception.Exception
 	namespaces map[string]map[string]any
 	// exceptionSize bounds the size of exceptions.allowedImages and
@@ -340,7 +404,8 @@ type PolicySet struct {
 	// occur in more than one place, whose results a request memoizes.
 	shared map[string]bool
 	// mutators and validators are the mutating and the validating kinds,
-	// in admission order.
+	// in admission order: they evaluate admission requests (the
+	// authorization kind evaluates authorization requests: kindsFor).
 	mutators   []mutator
 	validators []kind
 }
@@ -379,4 +444,36 @@ func mutateExistingRefused(o *manifest.Object, p *mpol.Policy) *manifest.LoadErr
 		field = "spec.targetMatchConstraints"
 	}
 	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply): the server cannot read or update the cluster's resources yet")
+}
+
+// applier merges the apply configurations of mutations with the schemas
+// of the object's kind: the built-in kinds', and those of the
+// CustomResourceDefinitions among the set's objects.
+type applier struct{ schemas *schema.Schemas }
+
+func newApplier(objs []*manifest.Object) (*applier, error) {
+	var crds []map[string]any
+	for _, o := range objs {
+		if o.Group() == "apiextensions.k8s.io" && o.Kind == "CustomResourceDefinition" {
+			crds = append(crds, o.Content)
+		}
+	}
+	s, err := schema.NewSchemas(crds...)
+	if err != nil {
+		return nil, err
+	}
+	// The built-in schemas are parsed once per process (~0.15 s of CPU),
+	// on the first compilation that needs them rather than on the first
+	// decision.
+	if err := schema.LoadBuiltin(); err != nil {
+		return nil, err
+	}
+	return &applier{schemas: s}, nil
+}
+
+// Apply implements mpol.Applier and mapol.Applier.
+func (a *applier) Apply(obj, applyConfiguration map[string]any, allowAtomic bool) (map[string]any, error) {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	return schema.ApplyConfiguration(a.schemas.For(k8sschema.FromAPIVersionAndKind(apiVersion, kind)), obj, applyConfiguration, allowAtomic)
 }

@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/patch"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -69,6 +71,8 @@ type Decision struct {
 	// Mutated is the object as the mutations left it, when they changed
 	// it (nil otherwise): what validations saw, and what would be admitted.
 	Mutated map[string]any
+	// original is the request's object (what Patch starts from).
+	original map[string]any
 	// Denials are the reasons the request is denied.
 	Denials []string
 	// Message is the denial message (Denials joined as Kyverno does).
@@ -91,6 +95,8 @@ type mutator interface {
 	// has (kube-apiserver's reinvocation of the in-tree plugins that ask
 	// for it), or nil.
 	mutate(rq *celeval.Request, out *outcome.Outcome) (reinvoke func())
+	// applicable appends the kind's policies that apply to the request.
+	applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable
 }
 
 // kind is one policy kind's part of a PolicySet, in the admission pipeline.
@@ -127,22 +133,30 @@ func (ps *PolicySet) newRequest(ctx context.Context, req *admission.Request, opt
 // Evaluate decides a request: the mutating kinds in admission order
 // (MutatingAdmissionPolicies, then Kyverno MutatingPolicies, then the
 // reinvocation of the MutatingAdmissionPolicies that ask for it), each
-// mutation applied to the object as the previous ones left it; then the validating kinds in admission order
-// (Kyverno ValidatingPolicies, ValidatingAdmissionPolicies, Pod Security)
+// mutation applied to the object as the previous ones left it; then the
+// validating kinds in admission order (Kyverno ValidatingPolicies,
+// ValidatingAdmissionPolicies, Pod Security)
 // on the mutated object; then one merge of their outcomes into the
 // decision. It never fails: problems evaluating a policy become `error`
 // results; a request whose context is done stops being evaluated (the
 // policies not yet evaluated are errors). The caller must not modify the
 // request's objects while Evaluate runs (the engine never modifies them);
 // opts may be nil.
+//
+// A request whose Shape is an authorization request (an Envoy or HTTP
+// CheckRequest) is evaluated by the authorization policies of that mode
+// only, and the admission kinds do not see it; its decision carries the
+// authorization response (Decision.Authorization) and is denied when that
+// response denies.
 func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts *EvalOptions) *Decision {
+	kinds, req, opts := ps.kindsFor(req, opts)
 	rq := ps.newRequest(ctx, req, opts)
 	d := &Decision{}
 	stages := AllStages
 	if opts != nil {
 		stages = opts.Stages
 	}
-	if stages != ValidateOnly && len(ps.mutators) > 0 {
+	if stages != ValidateOnly && len(ps.mutators) > 0 && !req.Shape.Authorization() {
 		var reinvoke []func()
 		for _, m := range ps.mutators {
 			if f := m.mutate(rq, &d.Outcome); f != nil {
@@ -153,14 +167,14 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 			f()
 		}
 		if obj := rq.Object(); !sameObject(obj, req.Object) {
-			d.Mutated = obj
+			d.Mutated, d.original = obj, req.Object
 			mutated := *req
 			mutated.Object = obj
 			rq = rq.Continue(&mutated)
 		}
 	}
 	if stages != MutateOnly {
-		for _, k := range ps.validators {
+		for _, k := range kinds {
 			k.evaluate(rq, &d.Outcome)
 		}
 	}
@@ -172,6 +186,39 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 // sameObject says whether a and b are the same object (not merely equal).
 func sameObject(a, b map[string]any) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// kindsFor returns the kinds that evaluate a request, and the request
+// they evaluate: the validating kinds for an admission request; for an
+// authorization request, the authorization kind, with the request's object
+// made the `object` of its policies (authz.Prepare) and measured for the
+// cost estimates — or, when it is not a valid CheckRequest, left as it is,
+// the error being every policy's result.
+func (ps *PolicySet) kindsFor(req *admission.Request, opts *EvalOptions) ([]kind, *admission.Request, *EvalOptions) {
+	if !req.Shape.Authorization() {
+		return ps.validators, req, opts
+	}
+	obj, sizes, err := authz.Prepare(req.Shape, req.Object)
+	o := EvalOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	o.ObjectSizes = nil
+	r := *req
+	r.OldObject = nil
+	if err == nil {
+		r.Object, o.ObjectSizes = obj, &sizes
+	}
+	return []kind{authzKind{set: ps.authz, prepErr: err}}, &r, &o
+}
+
+// Patch returns the mutations as an RFC 6902 JSON patch from the
+// request's object to the mutated one (nil when nothing was mutated).
+func (d *Decision) Patch() []patch.Op {
+	if d.Mutated == nil {
+		return nil
+	}
+	return patch.Diff(d.original, d.Mutated)
 }
 
 // merge derives the verdict from the kinds' outcome: denied when any kind
@@ -193,6 +240,14 @@ func (k mapolKind) mutate(rq *celeval.Request, out *outcome.Outcome) func() {
 	return nil
 }
 
+func (k mapolKind) applicable(rq *celeval.Request, _ bool, out []Applicable) []Applicable {
+	for _, info := range k.set.Applicable(rq.Context(), rq.Attributes()) {
+		info := info
+		out = append(out, Applicable{Kind: mapol.KindPolicy, Name: info.Name, MAP: &info})
+	}
+	return out
+}
+
 type mpolKind struct{ set *mpol.Set }
 
 func (k mpolKind) mutate(rq *celeval.Request, out *outcome.Outcome) func() {
@@ -200,6 +255,17 @@ func (k mpolKind) mutate(rq *celeval.Request, out *outcome.Outcome) func() {
 		k.set.Mutate(rq, out)
 	}
 	return nil
+}
+
+func (k mpolKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable {
+	for _, a := range k.set.Applicable(rq, evaluate) {
+		ap := Applicable{Kind: a.Policy.Kind, Name: a.Policy.Name, Namespace: a.Policy.Namespace, MutatingPolicy: a.Policy, Variant: a.Variant, Exceptions: a.Exceptions}
+		if a.MatchError != nil {
+			ap.MatchError = "failed to execute matching: " + a.MatchError.Error()
+		}
+		out = append(out, ap)
+	}
+	return out
 }
 
 // The validating kinds.
@@ -241,6 +307,28 @@ func (k psaKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable
 	for _, a := range k.set.Applicable(rq, evaluate) {
 		a := a
 		out = append(out, Applicable{Kind: psa.KindPodSecurity, Name: a.Info.Level, PodSecurity: &a.Info, Exceptions: a.Exceptions})
+	}
+	return out
+}
+
+// The authorization kind.
+
+type authzKind struct {
+	set *authz.Set
+	// prepErr is the error making the request's object a CheckRequest.
+	prepErr error
+}
+
+func (k authzKind) evaluate(rq *celeval.Request, out *outcome.Outcome) {
+	k.set.Evaluate(rq, k.prepErr, out)
+}
+
+// applicable lists the policies of the request's mode: authorization
+// policies have no match constraints (their matchConditions are part of
+// their evaluation).
+func (k authzKind) applicable(rq *celeval.Request, _ bool, out []Applicable) []Applicable {
+	for _, p := range k.set.Of(rq.Attributes().Shape) {
+		out = append(out, Applicable{Kind: p.Kind, Name: p.Name, Authz: p})
 	}
 	return out
 }

@@ -3,10 +3,12 @@ package engine
 import (
 	"time"
 
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/export"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -18,6 +20,19 @@ import (
 // Policies returns the compiled Kyverno ValidatingPolicies and
 // NamespacedValidatingPolicies, in evaluation order.
 func (ps *PolicySet) Policies() []*vpol.Policy { return ps.vpol.Policies() }
+
+// MutatingPolicies returns the compiled Kyverno MutatingPolicies and
+// NamespacedMutatingPolicies, in evaluation order.
+func (ps *PolicySet) MutatingPolicies() []*mpol.Policy { return ps.mpol.Policies() }
+
+// MutatingPolicyExceptions returns the exceptions bound to a MutatingPolicy.
+func (ps *PolicySet) MutatingPolicyExceptions(p *mpol.Policy) []*exception.Exception {
+	return ps.mpol.ExceptionsFor(p)
+}
+
+// AuthzPolicies returns the compiled authorization policies
+// (ValidatingPolicies in Envoy or HTTP mode), in evaluation order.
+func (ps *PolicySet) AuthzPolicies() []*authz.Policy { return ps.authz.Policies() }
 
 // Exceptions returns the compiled exceptions, in order.
 func (ps *PolicySet) Exceptions() []*exception.Exception { return ps.exceptions }
@@ -39,7 +54,7 @@ func (ps *PolicySet) HasPolicy(kind, name string) bool {
 	if kind == psa.KindPodSecurity {
 		return psa.IsLevel(name)
 	}
-	return ps.vpol.Has(kind, name)
+	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name) || ps.authz.Has(kind, name)
 }
 
 // IsParam says whether o is one of the set's params (an object of a kind a

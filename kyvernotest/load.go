@@ -18,6 +18,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -37,8 +38,9 @@ type Suite struct {
 	policySet *engine.PolicySet
 	policies  []*vpol.Policy
 	// vaps are the names of the ValidatingAdmissionPolicies.
-	vaps       []string
-	authz      []*authzPolicy
+	vaps []string
+	// authz are the authorization policies (Envoy and HTTP modes).
+	authz      []*authz.Policy
 	exceptions int
 	resources  []*Resource
 	payloads   []*Payload
@@ -138,6 +140,7 @@ func Load(doc *TestDocument) (*Suite, error) {
 	}
 	s.policySet = ps
 	s.policies = ps.Policies()
+	s.authz = ps.AuthzPolicies()
 	for _, v := range ps.VAPInfos() {
 		s.vaps = append(s.vaps, v.Name)
 	}
@@ -373,13 +376,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					continue
 				}
 				switch engine.Classify(o) {
-				case engine.ClassPolicy:
-					if ap, ok, err := parseAuthzPolicy(o); err != nil {
-						return nil, s.wrap(field, err)
-					} else if ok {
-						s.authz = append(s.authz, ap)
-						continue
-					}
+				case engine.ClassPolicy, engine.ClassAuthzPolicy:
 					id := o.ID()
 					content, _ := json.Marshal(o.Content)
 					if first, dup := seen[id]; dup && first == string(content) {
@@ -650,7 +647,8 @@ func (s *Suite) loadPayloads() error {
 		field string
 		paths []string
 		dst   *[]*Payload
-	}{{"envoyPayloads", t.EnvoyPayloads, &s.envoy}, {"httpPayloads", t.HTTPPayloads, &s.http}} {
+		shape admission.Shape
+	}{{"envoyPayloads", t.EnvoyPayloads, &s.envoy, admission.ShapeEnvoy}, {"httpPayloads", t.HTTPPayloads, &s.http, admission.ShapeHTTP}} {
 		for i, p := range kind.paths {
 			field := fmt.Sprintf("%s[%d]", kind.field, i)
 			full := s.path(p)
@@ -664,6 +662,11 @@ func (s *Suite) loadPayloads() error {
 			}
 			if obj == nil {
 				obj = map[string]any{}
+			}
+			// The CLI decodes the payload into the request message: one
+			// that is not a CheckRequest does not load.
+			if _, _, err := authz.Prepare(kind.shape, obj); err != nil {
+				return s.wrap(field, &LoadError{File: full, Err: fmt.Errorf("not a valid %s CheckRequest: %w", kind.shape, err)})
 			}
 			*kind.dst = append(*kind.dst, &Payload{Name: full, Source: full, Object: obj})
 		}

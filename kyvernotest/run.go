@@ -122,10 +122,10 @@ func Run(ctx context.Context, s *Suite, filter *Filter) *SuiteResult {
 		trigger.add(p.Name, s.evalJSON(ctx, p)...)
 	}
 	for _, p := range s.http {
-		trigger.add(p.Name, s.evalAuthz(ctx, p, authzHTTP)...)
+		trigger.add(p.Name, s.evalAuthz(ctx, p, admission.ShapeHTTP)...)
 	}
 	for _, p := range s.envoy {
-		trigger.add(p.Name, s.evalAuthz(ctx, p, authzEnvoy)...)
+		trigger.add(p.Name, s.evalAuthz(ctx, p, admission.ShapeEnvoy)...)
 	}
 	c := &checker{suite: s, id: 1}
 	for _, t := range tests {
@@ -238,6 +238,29 @@ func (s *Suite) evalJSON(ctx context.Context, p *Payload) []response {
 		resp := response{policyKind: pol.Kind, policyName: pol.Name, resource: p.Object}
 		if r, ok := resultOf(d, pol); ok {
 			resp.results = []outcome.Result{r}
+		}
+		out = append(out, resp)
+	}
+	return out
+}
+
+// evalAuthz evaluates an Envoy or HTTP payload: the engine evaluates it
+// with the authorization policies of that mode (the admission policies do
+// not see it), and every one of them has a response, as in the CLI.
+func (s *Suite) evalAuthz(ctx context.Context, p *Payload, shape admission.Shape) []response {
+	req := &admission.Request{Object: p.Object, Shape: shape, Mode: admission.ModeCLI}
+	d := s.policySet.Evaluate(ctx, req, &engine.EvalOptions{Context: s.context})
+	var out []response
+	for _, pol := range s.authz {
+		if pol.Mode != shape {
+			continue
+		}
+		resp := response{policyKind: pol.Kind, policyName: pol.Name, resource: map[string]any{}}
+		for _, r := range d.Results {
+			if r.PolicyKind == pol.Kind && r.PolicyName == pol.Name {
+				resp.results = []outcome.Result{r}
+				break
+			}
 		}
 		out = append(out, resp)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -85,6 +86,20 @@ func InspectStoreFile(path string) (store.Status, error) {
 	}
 	defer st.Close()
 	return st.Status(), nil
+}
+
+// BackupDir copies the store in dataDir, which no server may be using (for
+// a running one, AdminService.Backup), to w; it returns the copy's status
+// and size.
+func BackupDir(ctx context.Context, dataDir string, w io.Writer) (store.Status, int64, error) {
+	st, err := store.Open(filepath.Join(dataDir, "arbiter.db"), store.Options{Timeout: 500 * time.Millisecond})
+	if err != nil {
+		return store.Status{}, 0, fmt.Errorf("%v (for a running server, use --server)", err)
+	}
+	n, err := st.Backup(ctx, w)
+	status := st.Status()
+	st.Close()
+	return status, n, err
 }
 
 // ErrStoreInUse is a restore into a data directory whose store is open.

@@ -5,18 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/internal/parallel"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/store"
+	"github.com/arbiter-pdp/arbiter/whatif"
 )
 
 // MaxBatchItems bounds a DecideBatch.
@@ -36,40 +37,13 @@ func (s *Server) DecideBatch(ctx context.Context, in *arbiterv1.DecideBatchReque
 		return nil, toStatus(err)
 	}
 	resp := &arbiterv1.DecideBatchResponse{Revision: snap.Revision, Digest: snap.Digest, Items: make([]*arbiterv1.ItemResult, len(in.GetItems()))}
-	parallel(len(in.GetItems()), func(i int) {
+	parallel.For(len(in.GetItems()), func(i int) {
 		resp.Items[i] = s.decideItem(ctx, snap, cand, in.GetPolicyReports(), uint32(i), in.GetItems()[i])
 	})
 	if cand != nil {
-		resp.WhatIf = summarize(resp.Items)
+		resp.WhatIf = whatif.Summarize(resp.Items)
 	}
 	return resp, nil
-}
-
-// parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines.
-func parallel(n int, fn func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 {
-		for i := 0; i < n; i++ {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	next := make(chan int, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				fn(i)
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }
 
 // reportBuffers recycles the buffers of policy_report_json, once their
@@ -97,7 +71,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		return out
 	}
 	start := time.Now()
-	req, opts, err := RequestFromProto(item.GetRequest())
+	req, opts, err := convert.RequestFromProto(item.GetRequest())
 	if err == nil {
 		err = s.cfg.Limits.ObjectSizes(item.GetRequest())
 	}
@@ -115,16 +89,16 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 	d := snap.Set.Evaluate(ctx, req, opts)
 	if reports && cand == nil {
 		// The report holds the results: the decision is only the verdict.
-		out.Decision = verdictFromDecision(d)
+		out.Decision = convert.VerdictFromDecision(d)
 	} else {
-		out.Decision = ResponseFromDecision(d)
+		out.Decision = convert.ResponseFromDecision(d)
 	}
 	out.Decision.DecisionId = newDecisionIDAt(start)
 	s.observeDecision(ctx, snap, req, d, out.Decision, start)
 	if cand != nil {
 		cr := *req
-		out.CandidateDecision = ResponseFromDecision(cand.Evaluate(ctx, &cr, opts))
-		out.Changed = out.Decision.GetAllowed() != out.CandidateDecision.GetAllowed() || !sameResults(out.Decision, out.CandidateDecision)
+		out.CandidateDecision = convert.ResponseFromDecision(cand.Evaluate(ctx, &cr, opts))
+		out.Changed = whatif.Changed(out.Decision, out.CandidateDecision)
 	}
 	if reports {
 		rep := reportOf(req, d)
@@ -132,65 +106,6 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		out.ReportSummary = &arbiterv1.ReportSummary{Pass: uint32(rep.Summary.Pass), Fail: uint32(rep.Summary.Fail),
 			Warn: uint32(rep.Summary.Warn), Error: uint32(rep.Summary.Error), Skip: uint32(rep.Summary.Skip)}
 		out.Decision.Results = nil
-	}
-	return out
-}
-
-func sameResults(a, b *arbiterv1.DecideResponse) bool {
-	if len(a.GetResults()) != len(b.GetResults()) {
-		return false
-	}
-	for i := range a.GetResults() {
-		x, y := a.GetResults()[i], b.GetResults()[i]
-		if x.GetPolicy() != y.GetPolicy() || x.GetRule() != y.GetRule() || x.GetResult() != y.GetResult() || x.GetMessage() != y.GetMessage() {
-			return false
-		}
-	}
-	return proto.Equal(&arbiterv1.DecideResponse{Warnings: a.GetWarnings()}, &arbiterv1.DecideResponse{Warnings: b.GetWarnings()})
-}
-
-func summarize(items []*arbiterv1.ItemResult) *arbiterv1.WhatIfSummary {
-	sum := &arbiterv1.WhatIfSummary{}
-	for _, it := range items {
-		if it.GetDecision() == nil || it.GetCandidateDecision() == nil || !it.GetChanged() {
-			continue
-		}
-		switch now, then := it.GetDecision().GetAllowed(), it.GetCandidateDecision().GetAllowed(); {
-		case now && !then:
-			sum.NewlyDenied++
-		case !now && then:
-			sum.NewlyAllowed++
-		default:
-			sum.ResultsChanged++
-		}
-	}
-	sum.Summary = whatIfSentence(sum)
-	return sum
-}
-
-func whatIfSentence(sum *arbiterv1.WhatIfSummary) string {
-	plural := func(n uint32, one, many string) string {
-		if n == 1 {
-			return fmt.Sprintf("%d %s", n, one)
-		}
-		return fmt.Sprintf("%d %s", n, many)
-	}
-	if sum.NewlyDenied == 0 && sum.NewlyAllowed == 0 && sum.ResultsChanged == 0 {
-		return "no change"
-	}
-	var parts []string
-	if sum.NewlyDenied > 0 {
-		parts = append(parts, "would now deny "+plural(sum.NewlyDenied, "manifest", "manifests"))
-	}
-	if sum.NewlyAllowed > 0 {
-		parts = append(parts, "would now allow "+plural(sum.NewlyAllowed, "manifest", "manifests"))
-	}
-	if sum.ResultsChanged > 0 {
-		parts = append(parts, "would change the results of "+plural(sum.ResultsChanged, "manifest", "manifests")+" without changing the verdict")
-	}
-	out := parts[0]
-	for _, p := range parts[1:] {
-		out += "; " + p
 	}
 	return out
 }
@@ -286,27 +201,22 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	// A fixed pool of workers decides the items: long-lived goroutines keep
 	// the stacks CEL evaluation grows (a goroutine per item grew and copied
 	// its stack for every item).
-	jobs := make(chan job, streamWindow)
-	for range runtime.GOMAXPROCS(0) {
-		go func() {
-			for j := range jobs {
-				out := make([]*arbiterv1.ItemResult, len(j.items))
-				for k, item := range j.items {
-					if item == nil {
-						item = &arbiterv1.BatchItem{}
-					}
-					out[k] = s.decideItem(ctx, snap, cand, reports, j.index+uint32(k), item)
-				}
-				j.done <- out
+	jobs := parallel.NewPool(streamWindow, func(j job) {
+		out := make([]*arbiterv1.ItemResult, len(j.items))
+		for k, item := range j.items {
+			if item == nil {
+				item = &arbiterv1.BatchItem{}
 			}
-		}()
-	}
+			out[k] = s.decideItem(ctx, snap, cand, reports, j.index+uint32(k), item)
+		}
+		j.done <- out
+	})
 	recvErr := make(chan error, 1)
 	batched := len(first.GetItems()) > 0
 	// Reader: receives items, queues their evaluation, queues their slots in order.
 	go func() {
 		defer close(slots)
-		defer close(jobs)
+		defer jobs.Close()
 		msg := first
 		var index uint32
 		for {
@@ -332,7 +242,7 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 					recvErr <- ctx.Err()
 					return
 				}
-				jobs <- job{index: index, items: chunk, done: sl.done}
+				jobs.Put(job{index: index, items: chunk, done: sl.done})
 				index += uint32(len(chunk))
 			}
 			var err error
@@ -436,7 +346,7 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 		return err
 	}
 	if cand != nil {
-		return stream.Send(&arbiterv1.DecideStreamResponse{WhatIf: summarize(items)})
+		return stream.Send(&arbiterv1.DecideStreamResponse{WhatIf: whatif.Summarize(items)})
 	}
 	return nil
 }

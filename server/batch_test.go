@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -85,7 +86,7 @@ func TestDecideBatch(t *testing.T) {
 		if err := json.Unmarshal(got.GetPolicyReportJson(), &rep); err != nil {
 			t.Fatalf("item %d: report %q: %v", i, got.GetPolicyReportJson(), err)
 		}
-		wantResults := server.ReportResults(want.GetDecision().GetResults())
+		wantResults := convert.ReportResults(want.GetDecision().GetResults())
 		sum := got.GetReportSummary()
 		if len(got.GetDecision().GetResults()) != 0 || got.GetDecision().GetAllowed() != want.GetDecision().GetAllowed() ||
 			!reflect.DeepEqual(rep.Results, wantResults) || rep.Kind != "PolicyReport" || rep.Scope.Name != []string{"good", "", "hn"}[i] || rep.Scope.Namespace != "a" ||

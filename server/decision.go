@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/limits"
 )
@@ -18,13 +19,13 @@ func (s *Server) Decide(ctx context.Context, in *arbiterv1.DecideRequest) (*arbi
 		return nil, toStatus(err)
 	}
 	start := time.Now()
-	req, opts, err := RequestFromProto(in)
+	req, opts, err := convert.RequestFromProto(in)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
 	d := snap.Set.Evaluate(ctx, req, opts)
-	resp := ResponseFromDecision(d)
+	resp := convert.ResponseFromDecision(d)
 	resp.Revision = snap.Revision
 	resp.Digest = snap.Digest
 	resp.DecisionId = newDecisionID()

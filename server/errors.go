@@ -9,11 +9,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/limits"
 	"github.com/arbiter-pdp/arbiter/store"
 )
+
+// FieldError is a request field that is not acceptable: the server's own
+// (a write, a query, a batch) and those convert finds in a DecideRequest.
+type FieldError = convert.FieldError
 
 // toStatus is the one place where domain errors become gRPC statuses.
 func toStatus(err error) error {

@@ -10,9 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
@@ -43,6 +46,22 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 			continue
 		}
 		resp.Policies = append(resp.Policies, s.policyInfo(snap, p, !in.GetWithoutManifests()))
+	}
+	for _, p := range snap.Set.MutatingPolicies() {
+		if in.GetKind() != "" && p.Kind != in.GetKind() || in.GetNamespace() != "" && p.Namespace != in.GetNamespace() || in.GetAction() != "" {
+			continue
+		}
+		if sel != nil && !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		resp.Policies = append(resp.Policies, s.mutatingPolicyInfo(snap, p, !in.GetWithoutManifests()))
+	}
+	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == kyvernoapi.KindValidatingPolicy) && in.GetAction() == "" {
+		for _, p := range snap.Set.AuthzPolicies() {
+			if sel == nil || sel.Matches(labels.Set(p.Labels)) {
+				resp.Policies = append(resp.Policies, s.authzPolicyInfo(snap, p, !in.GetWithoutManifests()))
+			}
+		}
 	}
 	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == vap.KindPolicy) {
 		for _, v := range snap.Set.VAPInfos() {
@@ -75,7 +94,18 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 // filter: Kyverno policies, ValidatingAdmissionPolicies and Pod Security
 // levels.
 func policyCount(set *engine.PolicySet) int {
-	return len(set.Policies()) + len(set.VAPInfos()) + len(set.PodSecurityInfos())
+	return len(set.Policies()) + len(set.MutatingPolicies()) + len(set.AuthzPolicies()) + len(set.VAPInfos()) + len(set.PodSecurityInfos())
+}
+
+// authzPolicyInfo describes an authorization policy (a ValidatingPolicy
+// in Envoy or HTTP mode): it has no actions, resources or exceptions, and
+// admits nothing (it answers Envoy or HTTP CheckRequests).
+func (s *Server) authzPolicyInfo(snap *Snapshot, p *authz.Policy, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{Kind: p.Kind, Name: p.Name, Labels: p.Labels, Annotations: p.Annotations}
+	if manifest {
+		info.ManifestJson = s.manifest(snap, store.Key{Group: kyvernoapi.Group, Kind: p.Kind, Name: p.Name})
+	}
+	return info
 }
 
 // podSecurityInfo describes a Pod Security level as a policy of kind
@@ -179,6 +209,20 @@ func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyR
 			return resp, nil
 		}
 	}
+	for _, p := range snap.Set.MutatingPolicies() {
+		if p.Kind == kind && p.Name == in.GetName() && (!p.Namespaced() || p.Namespace == in.GetNamespace()) {
+			resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.mutatingPolicyInfo(snap, p, true)}
+			for _, ex := range snap.Set.MutatingPolicyExceptions(p) {
+				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
+			}
+			return resp, nil
+		}
+	}
+	for _, p := range snap.Set.AuthzPolicies() {
+		if p.Kind == kind && p.Name == in.GetName() {
+			return &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.authzPolicyInfo(snap, p, true)}, nil
+		}
+	}
 	if kind == psa.KindPodSecurity {
 		for _, l := range snap.Set.PodSecurityInfos() {
 			if l.Level == in.GetName() {
@@ -274,7 +318,7 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 		b, _ := json.Marshal(obj)
 		dr.ObjectJson = b
 	}
-	req, opts, err := RequestFromProto(dr)
+	req, opts, err := convert.RequestFromProto(dr)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -286,6 +330,8 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 			ap.Policy = s.podSecurityInfo(snap, *a.PodSecurity, false)
 		case a.VAP != nil:
 			ap.Policy = s.vapInfo(snap, *a.VAP, false)
+		case a.MutatingPolicy != nil:
+			ap.Policy = s.mutatingPolicyInfo(snap, a.MutatingPolicy, false)
 		default:
 			ap.Policy = s.policyInfo(snap, a.Policy, false)
 		}
@@ -306,13 +352,13 @@ func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*ar
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	req, opts, err := RequestFromProto(in.GetRequest())
+	req, opts, err := convert.RequestFromProto(in.GetRequest())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	opts.Trace = &outcome.Trace{}
 	d := snap.Set.Evaluate(ctx, req, opts)
-	resp := &arbiterv1.ExplainResponse{Decision: ResponseFromDecision(d)}
+	resp := &arbiterv1.ExplainResponse{Decision: convert.ResponseFromDecision(d)}
 	resp.Decision.Revision, resp.Decision.Digest, resp.Decision.DecisionId = snap.Revision, snap.Digest, newDecisionID()
 	for _, st := range opts.Trace.Steps {
 		resp.Steps = append(resp.Steps, &arbiterv1.ExplainStep{
@@ -333,6 +379,23 @@ func (s *Server) policyInfo(snap *Snapshot, p *vpol.Policy, manifest bool) *arbi
 		info.Actions = append(info.Actions, string(a))
 	}
 	for _, ex := range snap.Set.ExceptionsFor(p) {
+		info.Exceptions = append(info.Exceptions, ex.Key())
+	}
+	if manifest {
+		info.ManifestJson = s.manifest(snap, store.Key{Group: kyvernoapi.Group, Kind: p.Kind, Namespace: p.Namespace, Name: p.Name})
+	}
+	return info
+}
+
+// mutatingPolicyInfo describes a MutatingPolicy: it has no validation
+// actions; it is admission-enabled when it mutates admitted objects.
+func (s *Server) mutatingPolicyInfo(snap *Snapshot, p *mpol.Policy, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{
+		Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Annotations: p.Annotations,
+		AdmissionEnabled: p.Spec.AdmissionEnabled() && p.Spec.TargetMatchConstraints == nil, BackgroundEnabled: p.Spec.BackgroundEnabled(),
+		Resources: p.Resources(), Autogen: p.AutogenConfigs(),
+	}
+	for _, ex := range snap.Set.MutatingPolicyExceptions(p) {
 		info.Exceptions = append(info.Exceptions, ex.Key())
 	}
 	if manifest {

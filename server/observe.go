@@ -102,6 +102,14 @@ func decisionEntry(ctx context.Context, snap *Snapshot, req *admission.Request, 
 		Object:          req.Object,
 		OldObject:       req.OldObject,
 	}
+	switch req.Shape {
+	case admission.ShapeEnvoy:
+		// Authorization requests are logged under kinds of their own, so
+		// masks can name them (decisionlog.DefaultMasks does).
+		e.Request.Kind = "EnvoyCheckRequest"
+	case admission.ShapeHTTP:
+		e.Request.Kind = "HTTPCheckRequest"
+	}
 	for i := range d.Results {
 		r := &d.Results[i]
 		e.Results[i] = decisionlog.Result{

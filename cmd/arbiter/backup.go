@@ -95,13 +95,7 @@ func runBackup(ctx context.Context, stdout, stderr io.Writer, addr, data, out, f
 		}
 		sum = backupSummary{Revision: info.Revision, Digest: info.Digest, Bytes: info.Bytes}
 	} else {
-		st, err := store.Open(filepath.Join(data, "arbiter.db"), store.Options{Timeout: 500 * time.Millisecond})
-		if err != nil {
-			return exitWith(exitLoad, "backup: %v (for a running server, use --server)", err)
-		}
-		n, err := st.Backup(ctx, w)
-		status := st.Status()
-		st.Close()
+		status, n, err := server.BackupDir(ctx, data, w)
 		if err != nil {
 			return exitWith(exitLoad, "backup: %v", err)
 		}

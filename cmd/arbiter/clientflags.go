@@ -64,11 +64,17 @@ func (c *connFlags) options() []client.Option {
 // dialServer connects to the server at addr with the connection flags
 // carried by ctx (or, outside a command, the ARBITER_* environment).
 func dialServer(ctx context.Context, addr string, extra ...client.Option) (*client.Client, error) {
+	return client.Dial(ctx, addr, append(connOptions(ctx), extra...)...)
+}
+
+// connOptions are the client options of the connection flags carried by
+// ctx (or, outside a command, the ARBITER_* environment).
+func connOptions(ctx context.Context) []client.Option {
 	cf, _ := ctx.Value(connKey{}).(*connFlags)
 	if cf == nil {
 		cf = envConnFlags()
 	}
-	return client.Dial(ctx, addr, append(cf.options(), extra...)...)
+	return cf.options()
 }
 
 // envConnFlags are the connection flags' ARBITER_* environment defaults.

@@ -5,20 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
+	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
-	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
-	"github.com/arbiter-pdp/arbiter/server"
 )
 
 type decideOptions struct {
@@ -107,21 +107,21 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 	default:
 		return exitWith(exitLoad, "-o: unknown output %q (table, json, yaml)", o.output)
 	}
-	obj, err := readOne(o.file)
+	obj, err := apply.ReadOne(o.file)
 	if err != nil {
 		return err
 	}
 	var old *manifest.Object
 	if o.oldFile != "" {
-		if old, err = readOne(o.oldFile); err != nil {
+		if old, err = apply.ReadOne(o.oldFile); err != nil {
 			return err
 		}
 	}
-	mode, err := parseMode(o.mode, admission.ModeAdmission)
+	mode, err := apply.ParseMode(o.mode, admission.ModeAdmission)
 	if err != nil {
 		return err
 	}
-	req, err := requestFor(obj, o.operation, mode)
+	req, err := apply.RequestFor(obj, o.operation, mode)
 	if err != nil {
 		return err
 	}
@@ -146,9 +146,9 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		defer c.Close()
 		cctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
-		pr, err := protoRequest(req)
+		pr, err := convert.RequestToProto(req)
 		if err != nil {
-			return err
+			return exitWith(exitLoad, "%v", err)
 		}
 		pr.MinRevision = o.minRevision
 		resp, err = c.Decide(cctx, pr)
@@ -159,15 +159,15 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if o.minRevision != 0 {
 			return exitWith(exitLoad, "--min-revision needs --server")
 		}
-		objs, err := readObjects(args...)
+		objs, err := apply.ReadObjects(args...)
 		if err != nil {
 			return err
 		}
-		ps, err := compile(objs, engine.Options{})
+		ps, err := apply.Compile(objs, engine.Options{}, os.Stderr)
 		if err != nil {
 			return err
 		}
-		resp = server.ResponseFromDecision(ps.Evaluate(ctx, req, nil))
+		resp = convert.ResponseFromDecision(ps.Evaluate(ctx, req, nil))
 	}
 	if err := writeDecision(out, o.output, resp); err != nil {
 		return err
@@ -176,17 +176,6 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		return exitWith(exitDenied, "")
 	}
 	return nil
-}
-
-func readOne(path string) (*manifest.Object, error) {
-	objs, err := readObjects(path)
-	if err != nil {
-		return nil, err
-	}
-	if len(objs) != 1 {
-		return nil, exitWith(exitLoad, "%s: want exactly one object, found %d", path, len(objs))
-	}
-	return objs[0], nil
 }
 
 func outputFromResponse(resp *arbiterv1.DecideResponse) decisionOutput {
@@ -254,58 +243,9 @@ func writeDecision(w io.Writer, format string, resp *arbiterv1.DecideResponse) e
 			if r.Rule != "" {
 				p += "/" + r.Rule
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", p, r.Result, oneLine(r.Message))
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p, r.Result, apply.OneLine(r.Message))
 		}
 		tw.Flush()
 	}
 	return nil
-}
-
-// protoRequest converts an engine request to its wire form.
-func protoRequest(req *admission.Request) (*arbiterv1.DecideRequest, error) {
-	var object, oldObject []byte
-	var err error
-	if req.Object != nil {
-		if object, err = jsonenc.AppendValue(nil, req.Object); err != nil {
-			return nil, exitWith(exitLoad, "object: %v", err)
-		}
-	}
-	if req.OldObject != nil {
-		if oldObject, err = jsonenc.AppendValue(nil, req.OldObject); err != nil {
-			return nil, exitWith(exitLoad, "old object: %v", err)
-		}
-	}
-	return protoRequestJSON(req, object, oldObject), nil
-}
-
-// protoRequestJSON is the DecideRequest of req, whose object and old
-// object are given as JSON.
-func protoRequestJSON(req *admission.Request, object, oldObject []byte) *arbiterv1.DecideRequest {
-	pr := &arbiterv1.DecideRequest{
-		Kind:          &arbiterv1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
-		Resource:      &arbiterv1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
-		SubResource:   req.SubResource,
-		Name:          req.Name,
-		Namespace:     req.Namespace,
-		DryRun:        req.DryRun,
-		UserInfo:      &arbiterv1.UserInfo{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
-		ObjectJson:    object,
-		OldObjectJson: oldObject,
-	}
-	switch strings.ToUpper(req.Operation) {
-	case admission.OpUpdate:
-		pr.Operation = arbiterv1.Operation_OPERATION_UPDATE
-	case admission.OpDelete:
-		pr.Operation = arbiterv1.Operation_OPERATION_DELETE
-	case admission.OpConnect:
-		pr.Operation = arbiterv1.Operation_OPERATION_CONNECT
-	default:
-		pr.Operation = arbiterv1.Operation_OPERATION_CREATE
-	}
-	if req.Mode == admission.ModeBackground {
-		pr.Mode = arbiterv1.Mode_MODE_BACKGROUND
-	} else {
-		pr.Mode = arbiterv1.Mode_MODE_ADMISSION
-	}
-	return pr
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
@@ -65,7 +66,7 @@ func runExportVAP(out, errOut io.Writer, paths []string, now time.Time) error {
 	if errOut == nil {
 		errOut = os.Stderr
 	}
-	objs, err := readObjects(paths...)
+	objs, err := apply.ReadObjects(paths...)
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func runExportVAP(out, errOut io.Writer, paths []string, now time.Time) error {
 			policyObjs = append(policyObjs, o)
 		}
 	}
-	ps, err := compile(policyObjs, engine.Options{})
+	ps, err := apply.Compile(policyObjs, engine.Options{}, os.Stderr)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -10,13 +11,10 @@ import (
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/arbiter-pdp/arbiter/client"
-	"github.com/arbiter-pdp/arbiter/internal/certs"
 	"github.com/arbiter-pdp/arbiter/kubesource"
 	"github.com/arbiter-pdp/arbiter/server"
 )
@@ -170,32 +168,15 @@ func podNamespace() string {
 }
 
 // kubeFollowDialOptions are how a replica reaches the primaries the Lease
-// names, from the --follow-* flags (the same rules as --follow: TLS when
-// the server has TLS or --follow-ca-file/--follow-cert-file are given;
-// plaintext only to loopback addresses unless --insecure).
+// names, from the --follow-* flags (the same rules as --follow).
 func kubeFollowDialOptions(o *serveOptions, advertise string, log *slog.Logger) ([]grpc.DialOption, error) {
-	var opts []grpc.DialOption
-	tlsOn := o.tlsCert != "" || o.tlsKey != ""
-	followTLS := tlsOn || o.followCA != "" || o.followCert != ""
-	if followTLS {
-		files := certs.Files{CA: first(o.followCA, o.tlsClientCA), Cert: first(o.followCert, o.tlsCert), Key: first(o.followKey, o.tlsKey)}
-		r, err := certs.New(files, certs.Options{Interval: o.tlsReload, Logger: log})
-		if err != nil {
-			return nil, exitWith(exitLoad, "follower TLS: %v", err)
-		}
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(r.ClientConfig(o.followServerName))))
-	} else if !isLoopback(advertise) && !o.insecure {
+	opts, err := securityConfig(o).FollowDialOptions(advertise, log)
+	var pe *server.PlaintextFollowError
+	if errors.As(err, &pe) {
 		return nil, exitWith(exitLoad, "--kube-source: replicas would follow each other over plaintext at %s, which is not a loopback address; serve with TLS (--tls-cert, and --follow-ca-file), or --insecure", advertise)
 	}
-	if o.followTokenFile != "" {
-		if !followTLS {
-			return nil, exitWith(exitLoad, "--follow-token-file needs TLS to the primary (bearer tokens are never sent in plaintext)")
-		}
-		c, err := client.TokenFileCredentials(o.followTokenFile)
-		if err != nil {
-			return nil, exitWith(exitLoad, "--follow-token-file: %v", err)
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(c))
+	if err != nil {
+		return nil, exitWith(exitLoad, "%v", err)
 	}
 	return opts, nil
 }

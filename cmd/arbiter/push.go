@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -50,7 +51,7 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	objs, err := readObjects(paths...)
+	objs, err := apply.ReadObjects(paths...)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
+	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/convert"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
@@ -80,22 +82,22 @@ func newExplainCommand() *cobra.Command {
 			if file == "" {
 				return exitWith(exitLoad, "-f RESOURCE is required")
 			}
-			obj, err := readOne(file)
+			obj, err := apply.ReadOne(file)
 			if err != nil {
 				return err
 			}
-			m, err := parseMode(mode, 0)
+			m, err := apply.ParseMode(mode, 0)
 			if err != nil {
 				return err
 			}
-			req, err := requestFor(obj, operation, m)
+			req, err := apply.RequestFor(obj, operation, m)
 			if err != nil {
 				return err
 			}
 			req.UserInfo.Username, req.UserInfo.Groups = user, groups
-			pr, err := protoRequest(req)
+			pr, err := convert.RequestToProto(req)
 			if err != nil {
-				return err
+				return exitWith(exitLoad, "%v", err)
 			}
 			c, ctx, cancel, err := q.dial(cmd.Context())
 			if err != nil {
@@ -156,9 +158,9 @@ func writeExplain(w io.Writer, resp *arbiterv1.ExplainResponse) error {
 		case s.GetNote() != "":
 			fmt.Fprintf(w, "  %-34s %s\n", label, s.GetNote())
 		case s.GetError() != "":
-			fmt.Fprintf(w, "  %-34s %s\n  %-34s ERROR %s\n", label, oneLine(s.GetExpression()), "", s.GetError())
+			fmt.Fprintf(w, "  %-34s %s\n  %-34s ERROR %s\n", label, apply.OneLine(s.GetExpression()), "", s.GetError())
 		default:
-			fmt.Fprintf(w, "  %-34s %s\n  %-34s = %s\n", label, oneLine(s.GetExpression()), "", oneLine(s.GetValue()))
+			fmt.Fprintf(w, "  %-34s %s\n  %-34s = %s\n", label, apply.OneLine(s.GetExpression()), "", apply.OneLine(s.GetValue()))
 		}
 	}
 	return nil
@@ -270,7 +272,7 @@ func newGetCommand() *cobra.Command {
 			if file == "" {
 				return exitWith(exitLoad, "-f RESOURCE is required")
 			}
-			obj, err := readOne(file)
+			obj, err := apply.ReadOne(file)
 			if err != nil {
 				return err
 			}

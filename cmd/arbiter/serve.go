@@ -2,29 +2,20 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/internal/gctune"
-	"github.com/arbiter-pdp/arbiter/internal/tracing"
 	"github.com/arbiter-pdp/arbiter/server"
-	"github.com/arbiter-pdp/arbiter/server/gateway"
 	"github.com/arbiter-pdp/arbiter/server/limits"
-	"github.com/arbiter-pdp/arbiter/server/metrics"
 )
 
 type serveOptions struct {
@@ -214,227 +205,53 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	objs, err := readObjects(o.load...)
+	objs, err := apply.ReadObjects(o.load...)
 	if err != nil {
 		return err
 	}
-
-	cfg := server.Config{
-		DataDir:           o.data,
-		KeepRevisions:     o.keepRevisions,
-		Follow:            o.follow,
-		MaxLagRevisions:   o.maxLag,
-		MaxLagDuration:    o.maxLagDuration,
-		Logger:            log,
-		Authz:             sec.authz,
-		Limits:            o.limits,
-		DrainDelay:        o.drainDelay,
-		Credentials:       sec.creds,
-		FollowDialOptions: sec.followDialOptions,
-	}
-
-	tp, stopTracing, err := tracing.Setup(ctx, "arbiter", version())
-	if err != nil {
-		return exitWith(exitLoad, "tracing: %v", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = stopTracing(sctx)
-	}()
-	if tp != nil {
-		cfg.TracerProvider = tp
-		cfg.GRPCOptions = append(cfg.GRPCOptions, tracing.ServerOption(tp))
-		cfg.FollowDialOptions = append(cfg.FollowDialOptions, tracing.DialOption(tp))
-		log.Info("tracing on (OTEL_* environment)")
-	} else {
-		// No tracing: decisions make no spans (the global provider's
-		// non-recording spans cost a microsecond each).
-		cfg.TracerProvider = noop.NewTracerProvider()
-	}
-
-	var reg *metrics.Metrics
-	if o.metricsListen != "" {
-		reg = metrics.New()
-		cfg.Metrics = reg
+	cfg := server.RunConfig{
+		Server: server.Config{
+			DataDir:           o.data,
+			KeepRevisions:     o.keepRevisions,
+			Follow:            o.follow,
+			MaxLagRevisions:   o.maxLag,
+			MaxLagDuration:    o.maxLagDuration,
+			ReplicaID:         o.replicaID,
+			Logger:            log,
+			Authz:             sec.Authz,
+			Limits:            o.limits,
+			DrainDelay:        o.drainDelay,
+			Credentials:       sec.Credentials,
+			FollowDialOptions: sec.FollowDialOptions,
+		},
+		Listen:             o.listen,
+		Load:               objs,
+		ServiceVersion:     version(),
+		MetricsListen:      o.metricsListen,
+		Pprof:              o.pprof,
+		GatewayListen:      o.gatewayListen,
+		CORSOrigins:        o.corsOrigins,
+		GatewayTLS:         sec.TLSConfig,
+		Start:              func(srv *server.Server, listen string) error { return startKube(srv, o, listen, log) },
+		Signals:            []os.Signal{os.Interrupt, syscall.SIGTERM},
+		ShutdownTimeout:    o.shutdownTimeout,
+		TLS:                o.tlsCert != "",
+		ClientCertificates: sec.ClientCertificates,
+		Authorization:      sec.Authorization,
 	}
 	if o.decisionLog.output != "" {
-		dl, err := openDecisionLog(&o.decisionLog)
-		if err != nil {
-			return exitWith(exitLoad, "%v", err)
-		}
-		defer func() {
-			if err := dl.Close(); err != nil {
-				log.Error("closing the decision log", "err", err)
-			}
-		}()
-		cfg.DecisionLog = dl
-		if reg != nil {
-			reg.RegisterCounterFunc("arbiter_decision_log_dropped_total", "Decision log lines dropped because the writer fell behind.",
-				func() float64 { return float64(dl.Dropped()) })
-		}
-		log.Info("decision log on", "output", o.decisionLog.output, "objects", o.decisionLog.objects,
-			"sample_allowed", o.decisionLog.sampleAllowed, "sample_denied", o.decisionLog.sampleDenied)
+		cfg.DecisionLog = decisionLogConfig(&o.decisionLog)
 	}
-
-	lis, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return exitWith(exitLoad, "listening on %s: %v", o.listen, err)
-	}
-	replicaID := o.replicaID
-	if replicaID == "" {
-		host, _ := os.Hostname()
-		replicaID = host + "/" + lis.Addr().String()
-	}
-	cfg.ReplicaID = replicaID
-	srv, err := server.New(ctx, cfg)
-	if err != nil {
-		lis.Close()
-		return exitWith(exitLoad, "%v", err)
-	}
-	if err := startKube(srv, o, lis.Addr().String(), log); err != nil {
-		srv.Shutdown(context.Background())
-		lis.Close()
-		return err
-	}
-	if reg != nil {
-		reg.RegisterState(srv.State)
-	}
-	if len(objs) > 0 {
-		commit, err := srv.LoadObjects(ctx, objs)
-		if err != nil {
-			srv.Shutdown(context.Background())
-			return exitWith(exitLoad, "--load: %v", err)
-		}
-		log.Info("loaded manifests", "objects", len(objs), "revision", commit.Revision, "digest", commit.Digest, "unchanged", commit.Unchanged)
-	}
-	var metricsSrv *http.Server
-	if reg != nil {
-		mlis, err := net.Listen("tcp", o.metricsListen)
-		if err != nil {
-			srv.Shutdown(context.Background())
-			return exitWith(exitLoad, "--metrics-listen %s: %v", o.metricsListen, err)
-		}
-		metricsSrv = &http.Server{Handler: reg.Handler(o.pprof, srv.Serving), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := metricsSrv.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", "err", err)
-			}
-		}()
-		log.Info("metrics", "listen", mlis.Addr().String(), "pprof", o.pprof)
-	}
-	var gatewaySrv *http.Server
-	if o.gatewayListen != "" {
-		gatewaySrv, err = startGateway(ctx, srv, o, sec, log)
-		if err != nil {
-			srv.Shutdown(context.Background())
-			stopHTTP(metricsSrv)
-			return err
-		}
-	}
-	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	role := "primary"
-	if o.follow != "" {
-		role = "follower of " + o.follow
-	}
-	log.Info("serving", "listen", lis.Addr().String(), "role", role, "data", o.data, "tls", o.tlsCert != "",
-		"client_certificates", sec.clientAuth, "authorization", sec.summary)
-	stopMetrics := func() {
-		stopHTTP(gatewaySrv)
-		stopHTTP(metricsSrv)
-	}
-	select {
-	case err := <-errc:
-		srv.Shutdown(context.Background())
-		stopMetrics()
-		if err != nil {
-			return exitWith(exitLoad, "serving: %v", err)
-		}
-		return nil
-	case <-sigCtx.Done():
-	}
-	log.Info("shutting down", "drain_delay", o.drainDelay, "timeout", o.shutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), o.drainDelay+o.shutdownTimeout)
-	defer cancel()
-	srv.Shutdown(sctx)
-	stopMetrics()
-	if err := <-errc; err != nil {
-		return fmt.Errorf("serving: %w", err)
-	}
-	return nil
+	return server.Run(ctx, cfg)
 }
 
-// stopHTTP shuts an HTTP server down (nil: nothing).
-func stopHTTP(h *http.Server) {
-	if h == nil {
-		return
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = h.Shutdown(sctx)
-}
-
-// startGateway serves the JSON gateway on --gateway-listen: HTTPS with the
-// server's certificate when TLS is on, calling the in-process gRPC server
-// so every interceptor applies.
-func startGateway(ctx context.Context, srv *server.Server, o *serveOptions, sec *security, log *slog.Logger) (*http.Server, error) {
-	conn, err := srv.GatewayConn(ctx)
-	if err != nil {
-		return nil, exitWith(exitLoad, "--gateway-listen: %v", err)
-	}
-	h, err := gateway.New(ctx, conn, gateway.Options{CORSOrigins: o.corsOrigins})
-	if err != nil {
-		conn.Close()
-		return nil, exitWith(exitLoad, "--gateway-listen: %v", err)
-	}
-	glis, err := net.Listen("tcp", o.gatewayListen)
-	if err != nil {
-		conn.Close()
-		return nil, exitWith(exitLoad, "--gateway-listen %s: %v", o.gatewayListen, err)
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 1 << 20}
-	hs.RegisterOnShutdown(func() { conn.Close() })
-	if sec.tlsConfig != nil {
-		// The gRPC configuration offers only h2; HTTP clients may speak
-		// HTTP/1.1 too.
-		base := sec.tlsConfig
-		hs.TLSConfig = &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-				c, err := base.GetConfigForClient(hello)
-				if err != nil || c == nil {
-					return c, err
-				}
-				c = c.Clone()
-				c.NextProtos = []string{"h2", "http/1.1"}
-				return c, nil
-			},
-		}
-	}
-	go func() {
-		var err error
-		if hs.TLSConfig != nil {
-			err = hs.ServeTLS(glis, "", "")
-		} else {
-			err = hs.Serve(glis)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("gateway server", "err", err)
-		}
-	}()
-	log.Info("JSON gateway", "listen", glis.Addr().String(), "tls", sec.tlsConfig != nil, "cors_origins", o.corsOrigins)
-	return hs, nil
-}
-
-func openDecisionLog(o *decisionLogOptions) (*decisionlog.Logger, error) {
+// decisionLogConfig is the decision log the --decision-log flags ask for.
+func decisionLogConfig(o *decisionLogOptions) *decisionlog.Config {
 	masks := o.masks
 	if len(masks) == 1 && masks[0] == "none" {
 		masks = []string{}
 	}
-	return decisionlog.New(decisionlog.Config{
+	return &decisionlog.Config{
 		Output:         o.output,
 		MaxSize:        int64(o.maxMB) << 20,
 		MaxBackups:     o.maxBackups,
@@ -442,5 +259,5 @@ func openDecisionLog(o *decisionLogOptions) (*decisionlog.Logger, error) {
 		SampleDenied:   &o.sampleDenied,
 		IncludeObjects: o.objects,
 		Masks:          masks,
-	})
+	}
 }

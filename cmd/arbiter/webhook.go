@@ -1,15 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -149,9 +146,9 @@ func webhookServerConn(ctx context.Context, o *webhookOptions, log *slog.Logger)
 	if cf == nil {
 		cf = envConnFlags()
 	}
-	files := certs.Files{CA: first(o.serverCA, cf.caFile), Cert: first(o.serverCert, cf.certFile), Key: first(o.serverKey, cf.keyFile)}
-	serverName := first(o.serverName, cf.serverName)
-	tokenFile := first(o.serverTokenFile, cf.tokenFile)
+	files := certs.Files{CA: cmp.Or(o.serverCA, cf.caFile), Cert: cmp.Or(o.serverCert, cf.certFile), Key: cmp.Or(o.serverKey, cf.keyFile)}
+	serverName := cmp.Or(o.serverName, cf.serverName)
+	tokenFile := cmp.Or(o.serverTokenFile, cf.tokenFile)
 	tlsOn := cf.tls || files.CA != "" || files.Cert != "" || files.Key != "" || serverName != "" || o.serverTokenFile != ""
 	sc := &serverConn{}
 	switch {
@@ -233,46 +230,20 @@ func runWebhook(ctx context.Context, o *webhookOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.Dial(ctx, o.server, append(conn.options, client.WithDialOptions(webhook.DialOptions()...))...)
-	if err != nil {
-		return exitWith(exitLoad, "%v", err)
-	}
-	defer c.Close()
-	h, err := webhook.New(webhook.Config{
-		Client:        c,
-		Timeout:       o.timeout,
-		MaxBodyBytes:  maxBody,
-		ReadyCacheTTL: o.readyCache,
-		Monotonic:     o.monotonic,
-		Logger:        log,
+	return webhook.Run(ctx, webhook.RunConfig{
+		Listen:        o.listen,
+		Certs:         certs,
+		Server:        o.server,
+		ClientOptions: conn.options,
+		Transport:     conn.summary,
+		Handler: webhook.Config{
+			Timeout:       o.timeout,
+			MaxBodyBytes:  maxBody,
+			ReadyCacheTTL: o.readyCache,
+			Monotonic:     o.monotonic,
+			Logger:        log,
+		},
+		Signals:         []os.Signal{os.Interrupt, syscall.SIGTERM},
+		ShutdownTimeout: o.shutdownTimeout,
 	})
-	if err != nil {
-		return exitWith(exitLoad, "%v", err)
-	}
-	lis, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return exitWith(exitLoad, "listening on %s: %v", o.listen, err)
-	}
-	srv := webhook.NewServer(o.listen, h, certs, log)
-	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(lis, "", "") }()
-	log.Info("serving admission reviews", "listen", lis.Addr().String(), "server", o.server, "server_tls", conn.summary,
-		"timeout", o.timeout, "max_body", maxBody, "monotonic", o.monotonic)
-	select {
-	case err := <-errc:
-		return exitWith(exitLoad, "serving: %v", err)
-	case <-sigCtx.Done():
-	}
-	log.Info("shutting down", "timeout", o.shutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("shutdown", "error", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving: %w", err)
-	}
-	return nil
 }

@@ -43,6 +43,38 @@ func (m Mode) String() string {
 	return "admission review"
 }
 
+// Shape says what a request's Object is, and so which kinds evaluate it.
+type Shape int
+
+const (
+	// ShapeAdmission is a Kubernetes object (or the JSON payload of
+	// JSON-mode policies): the admission kinds evaluate it.
+	ShapeAdmission Shape = iota
+	// ShapeEnvoy is an Envoy external-authorization CheckRequest
+	// (envoy.service.auth.v3, as JSON): only the authorization policies of
+	// mode Envoy evaluate it.
+	ShapeEnvoy
+	// ShapeHTTP is the Kyverno Authz Server's HTTP CheckRequest
+	// ({"attributes": {method, header, path, ...}}): only the authorization
+	// policies of mode HTTP evaluate it.
+	ShapeHTTP
+)
+
+// String names the shape as the policies' evaluation modes do.
+func (s Shape) String() string {
+	switch s {
+	case ShapeEnvoy:
+		return "Envoy"
+	case ShapeHTTP:
+		return "HTTP"
+	}
+	return "Kubernetes"
+}
+
+// Authorization says whether the request is an authorization request (an
+// Envoy or HTTP CheckRequest) rather than an admission request.
+func (s Shape) Authorization() bool { return s == ShapeEnvoy || s == ShapeHTTP }
+
 // UserInfo is the requesting user.
 type UserInfo struct {
 	Username string
@@ -77,6 +109,11 @@ type Request struct {
 	// Namespace object of the policy set (if any) is used.
 	NamespaceObject map[string]any
 	Mode            Mode
+	// Shape says what Object is: an admission object (the zero value), or
+	// an Envoy or HTTP CheckRequest, which only the authorization policies
+	// of that mode evaluate (with Object as `object`; the other fields are
+	// not read).
+	Shape Shape
 }
 
 // Fill derives what a request leaves unset from its objects: kind from

@@ -359,7 +359,7 @@ type PolicyEnv struct {
 
 // ForPolicy returns a fresh policy environment.
 func (e *Env) ForPolicy(namespaced bool) (*PolicyEnv, error) {
-	return forPolicy(e.Base(namespaced))
+	return NewPolicyEnv(e.Base(namespaced))
 }
 
 // ForMutatingPolicy returns a fresh mutating policy environment.
@@ -368,10 +368,12 @@ func (e *Env) ForMutatingPolicy(namespaced bool) (*PolicyEnv, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the mutating policy environment: %w", err)
 	}
-	return forPolicy(base)
+	return NewPolicyEnv(base)
 }
 
-func forPolicy(base Pair) (*PolicyEnv, error) {
+// NewPolicyEnv returns a fresh policy environment on base, an environment
+// pair that declares `variables` (the admission environments, Authz's).
+func NewPolicyEnv(base Pair) (*PolicyEnv, error) {
 	fields := &variableFields{m: map[string]*types.Type{}}
 	extend := func(env *cel.Env) (*cel.Env, error) {
 		vp := &variablesProvider{inner: env.CELTypeProvider(), adapter: env.CELTypeAdapter(), fields: fields}

@@ -17,8 +17,9 @@ import (
 // JSONPatch) into patch operations, with values as JSON-shaped data, as
 // kube-apiserver's JSON patcher (and Kyverno's copy of it) builds its
 // patch (k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch
-// json_patch.go), with its error texts. Kyverno's MutatingPolicy and
-// Kubernetes' MutatingAdmissionPolicy share it.
+// json_patch.go), with its error texts: an operation without a value has
+// patch.NoValue. Kyverno's MutatingPolicy and Kubernetes'
+// MutatingAdmissionPolicy share it.
 func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
 	iter, ok := val.(traits.Lister)
 	if !ok {
@@ -35,7 +36,7 @@ func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
 		if !ok {
 			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch, got element of %T", native)
 		}
-		op := patch.Op{Op: jp.Op, Path: jp.Path, From: jp.From}
+		op := patch.Op{Op: jp.Op, Path: jp.Path, From: jp.From, Value: patch.NoValue{}}
 		if jp.Val != nil {
 			if ov, ok := jp.Val.(*dynamic.ObjectVal); ok {
 				if err := ov.CheckTypeNamesMatchFieldPathNames(); err != nil {

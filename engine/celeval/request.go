@@ -68,6 +68,11 @@ type Request struct {
 	memo map[string]ref.Val
 	// sizeLevel is the size level of the inputs (-2: not computed yet).
 	sizeLevel int
+	// curSizes bound the sizes of the current object when it is not the
+	// request's (nil: not known yet); inputs those of the request's inputs.
+	curSizes    *manifest.Sizes
+	inputs      manifest.Sizes
+	inputsKnown bool
 	// cost is the CEL cost of the policies evaluated so far.
 	cost uint64
 	// st is the state of the policy being evaluated (one at a time: one
@@ -120,11 +125,60 @@ func (rq *Request) SetObject(obj map[string]any) {
 	if sameMap(obj, rq.current) {
 		return
 	}
+	rq.setObject(obj, nil)
+}
+
+// SetObjectSized is SetObject with an upper bound of the sizes of obj
+// (every list and map has at most sizes.Entries entries, every string,
+// list and map is at most sizes.Length long), which spares a walk of it.
+func (rq *Request) SetObjectSized(obj map[string]any, sizes manifest.Sizes) {
+	if sameMap(obj, rq.current) {
+		return
+	}
+	rq.setObject(obj, &sizes)
+}
+
+func (rq *Request) setObject(obj map[string]any, sizes *manifest.Sizes) {
 	rq.current = obj
 	rq.object = toVal(obj)
 	rq.memo = nil
 	rq.sizeLevel = -2
-	rq.cfg.ObjectSizes = nil
+	if sameMap(obj, rq.req.Object) {
+		rq.curSizes = nil
+	} else {
+		rq.curSizes = sizes
+	}
+}
+
+// ObjectMark is the current object with what is known of its sizes, to
+// return to (a policy that errs leaves the object as it found it).
+type ObjectMark struct {
+	obj   map[string]any
+	sizes *manifest.Sizes
+}
+
+// Mark returns the current object, to Restore later.
+func (rq *Request) Mark() ObjectMark { return ObjectMark{rq.current, rq.curSizes} }
+
+// Restore makes a marked object current again.
+func (rq *Request) Restore(m ObjectMark) {
+	if sameMap(m.obj, rq.current) {
+		return
+	}
+	rq.setObject(m.obj, m.sizes)
+}
+
+// ObjectSizes returns an upper bound of the sizes of the current object.
+func (rq *Request) ObjectSizes() manifest.Sizes {
+	if sameMap(rq.current, rq.req.Object) {
+		// The request's inputs bound its object.
+		return rq.inputSizes()
+	}
+	if rq.curSizes == nil {
+		sizes := manifest.SizesOf(rq.current)
+		rq.curSizes = &sizes
+	}
+	return *rq.curSizes
 }
 
 // Continue starts the evaluation of req — the same request with its
@@ -134,7 +188,15 @@ func (rq *Request) SetObject(obj map[string]any) {
 func (rq *Request) Continue(req *admission.Request) *Request {
 	cfg := rq.cfg
 	if !sameMap(req.Object, rq.req.Object) {
-		cfg.ObjectSizes = nil
+		// The mutated object's sizes and the old object's bound the new
+		// request's objects.
+		sizes := rq.ObjectSizes()
+		if h := rq.cfg.ObjectSizes; h != nil {
+			sizes = sizes.Max(*h)
+		} else {
+			sizes = sizes.Max(manifest.SizesOf(req.OldObject))
+		}
+		cfg.ObjectSizes = &sizes
 	}
 	next := NewRequest(rq.ctx, req, cfg)
 	next.now = rq.now
@@ -236,45 +298,58 @@ func Run[T any](rq *Request, scope *Scope, fn func(st *State) T) T {
 // level returns the index of the size level bounding the request's inputs.
 func (rq *Request) level() int {
 	if rq.sizeLevel == -2 {
-		var sizes manifest.Sizes
-		others := []any{rq.current, rq.req.OldObject, rq.namespaceObject, rq.req.Options}
-		if h := rq.cfg.ObjectSizes; h != nil {
-			sizes, others = *h, others[2:]
-		} else if !sameMap(rq.current, rq.req.Object) {
-			// request.object is still the request's.
-			others = append(others, rq.req.Object)
+		sizes := rq.inputSizes()
+		if !sameMap(rq.current, rq.req.Object) {
+			// object is the mutated one; request.object is still the request's.
+			sizes = sizes.Max(rq.ObjectSizes())
 		}
-		for _, v := range others {
-			sizes = sizes.Max(manifest.SizesOf(v))
-		}
-		c, s := sizes.Entries, sizes.Length
-		u := rq.req.UserInfo
-		extra := rq.cfg.ExtraSize
-		c = max(c, extra, uint64(len(u.Groups)), uint64(len(u.Extra)))
-		s = max(s, extra, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)), uint64(len(u.Username)),
-			uint64(len(u.UID)), uint64(len(rq.req.Operation)), uint64(len(rq.req.SubResource)), uint64(len(rq.req.RequestSubResource)))
-		// request.kind, request.resource (CRD groups run to 253 characters).
-		for _, gvk := range []*schema.GroupVersionKind{&rq.req.Kind, rq.req.RequestKind} {
-			if gvk != nil {
-				s = max(s, uint64(len(gvk.Group)), uint64(len(gvk.Version)), uint64(len(gvk.Kind)))
-			}
-		}
-		for _, gvr := range []*schema.GroupVersionResource{&rq.req.Resource, rq.req.RequestResource} {
-			if gvr != nil {
-				s = max(s, uint64(len(gvr.Group)), uint64(len(gvr.Version)), uint64(len(gvr.Resource)))
-			}
-		}
-		for _, g := range u.Groups {
-			s = max(s, uint64(len(g)))
-		}
-		for k, vs := range u.Extra {
-			c = max(c, uint64(len(vs)))
-			s = max(s, uint64(len(k)))
-			for _, v := range vs {
-				s = max(s, uint64(len(v)))
-			}
-		}
-		rq.sizeLevel = levelFor(c, s)
+		rq.sizeLevel = levelFor(sizes.Entries, sizes.Length)
 	}
 	return rq.sizeLevel
+}
+
+// inputSizes bounds the inputs of the request as it was given — its
+// objects, namespace object, options, user and names — and the values the
+// inputs do not show; computed once.
+func (rq *Request) inputSizes() manifest.Sizes {
+	if rq.inputsKnown {
+		return rq.inputs
+	}
+	var sizes manifest.Sizes
+	others := []any{rq.req.Object, rq.req.OldObject, rq.namespaceObject, rq.req.Options}
+	if h := rq.cfg.ObjectSizes; h != nil {
+		sizes, others = *h, others[2:]
+	}
+	for _, v := range others {
+		sizes = sizes.Max(manifest.SizesOf(v))
+	}
+	c, s := sizes.Entries, sizes.Length
+	u := rq.req.UserInfo
+	extra := rq.cfg.ExtraSize
+	c = max(c, extra, uint64(len(u.Groups)), uint64(len(u.Extra)))
+	s = max(s, extra, uint64(len(rq.req.Name)), uint64(len(rq.req.Namespace)), uint64(len(u.Username)),
+		uint64(len(u.UID)), uint64(len(rq.req.Operation)), uint64(len(rq.req.SubResource)), uint64(len(rq.req.RequestSubResource)))
+	// request.kind, request.resource (CRD groups run to 253 characters).
+	for _, gvk := range []*schema.GroupVersionKind{&rq.req.Kind, rq.req.RequestKind} {
+		if gvk != nil {
+			s = max(s, uint64(len(gvk.Group)), uint64(len(gvk.Version)), uint64(len(gvk.Kind)))
+		}
+	}
+	for _, gvr := range []*schema.GroupVersionResource{&rq.req.Resource, rq.req.RequestResource} {
+		if gvr != nil {
+			s = max(s, uint64(len(gvr.Group)), uint64(len(gvr.Version)), uint64(len(gvr.Resource)))
+		}
+	}
+	for _, g := range u.Groups {
+		s = max(s, uint64(len(g)))
+	}
+	for k, vs := range u.Extra {
+		c = max(c, uint64(len(vs)))
+		s = max(s, uint64(len(k)))
+		for _, v := range vs {
+			s = max(s, uint64(len(v)))
+		}
+	}
+	rq.inputs, rq.inputsKnown = manifest.Sizes{Entries: c, Length: s}, true
+	return rq.inputs
 }

@@ -54,6 +54,12 @@ type WebhookConfiguration struct {
 const (
 	EvaluationModeKubernetes = "Kubernetes"
 	EvaluationModeJSON       = "JSON"
+	// EvaluationModeEnvoy and EvaluationModeHTTP are the modes of the
+	// Kyverno Authz Server's authorization policies: they evaluate Envoy
+	// external-authorization CheckRequests and the server's HTTP
+	// CheckRequests, not admission requests.
+	EvaluationModeEnvoy = "Envoy"
+	EvaluationModeHTTP  = "HTTP"
 )
 
 // EvaluationConfiguration is spec.evaluation.

@@ -14,16 +14,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
+	"github.com/arbiter-pdp/arbiter/internal/parallel"
 )
 
 // Document is one object read from a manifest.
@@ -184,7 +182,7 @@ func Parse(file string, data []byte) ([]*Document, error) {
 	}
 	objs := make([]map[string]any, len(raws))
 	errs := make([]error, len(raws))
-	parallelFor(len(raws), func(i int) { objs[i], errs[i] = Decode(raws[i]) })
+	parallel.ForGrain(len(raws), 16, func(i int) { objs[i], errs[i] = Decode(raws[i]) })
 	var docs []*Document
 	for i, obj := range objs {
 		index := i + 1
@@ -221,28 +219,6 @@ func objectsOf(obj map[string]any) ([]map[string]any, error) {
 		out[j] = m
 	}
 	return out, nil
-}
-
-// parallelFor runs fn(0..n-1), on GOMAXPROCS goroutines when n is large
-// enough to be worth it.
-func parallelFor(n int, fn func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), n/16)
-	if workers <= 1 {
-		for i := range n {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // RawDocument is a document with its head, kept as JSON when it is plain
@@ -311,7 +287,7 @@ func ParseJSON(file string, data []byte) ([]*RawDocument, error) {
 	}
 	out := make([][]*RawDocument, len(raws))
 	errs := make([]error, len(raws))
-	parallelFor(len(raws), func(i int) { out[i], errs[i] = parseJSONDocument(file, i+1, raws[i]) })
+	parallel.ForGrain(len(raws), 16, func(i int) { out[i], errs[i] = parseJSONDocument(file, i+1, raws[i]) })
 	var docs []*RawDocument
 	for i, d := range out {
 		if errs[i] != nil {

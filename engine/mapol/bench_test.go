@@ -85,53 +85,29 @@ func benchRequest() *arbadmission.Request {
 }
 
 // BenchmarkMAP: one MutatingAdmissionPolicy with a param on a Deployment,
-// through Arbiter (the engine's pipeline for the JSON patch; the kind's
-// Decide with the test Applier for the apply configuration, since the
-// engine has no Applier until engine/schema lands) and through
-// k8s.io/apiserver's dispatcher (both passes, as reinvoker.Admit runs
-// them: a successful mutation asks for the reinvocation).
+// through Arbiter's engine (PolicySet.Evaluate, mutations only; apply
+// configurations merged by engine/schema) and through k8s.io/apiserver's
+// dispatcher (both passes, as reinvoker.Admit runs them: a successful
+// mutation asks for the reinvocation; apply configurations merged with
+// client-go's built-in schema).
 func BenchmarkMAP(b *testing.B) {
 	for _, bc := range []struct{ name, mutation string }{{"jsonpatch", benchJP}, {"applyconfig", benchAC}} {
 		objs := benchObjects(b, bc.mutation)
 		b.Run(bc.name+"/arbiter", func(b *testing.B) {
 			ctx := context.Background()
 			req := benchRequest()
-			if bc.name == "jsonpatch" {
-				ps, err := engine.Compile(objs, engine.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				opts := &engine.EvalOptions{Stages: engine.MutateOnly}
-				if d := ps.Evaluate(ctx, req, opts); !d.Allowed || d.Mutated == nil {
-					b.Fatalf("%+v", d)
-				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				for b.Loop() {
-					ps.Evaluate(ctx, req, opts)
-				}
-				return
+			ps, err := engine.Compile(objs, engine.Options{})
+			if err != nil {
+				b.Fatal(err)
 			}
-			var policies, others []*manifest.Object
-			for _, o := range objs {
-				if p, bd := mapol.Classify(o); p || bd {
-					policies = append(policies, o)
-				} else {
-					others = append(others, o)
-				}
-			}
-			var c mapol.Cache
-			s, errs := c.Compile(policies, others, nil, mapol.Options{Applier: testApplier})
-			if len(errs) > 0 {
-				b.Fatal(errs)
-			}
-			if v := s.Decide(ctx, req, nil); len(v.Denials) > 0 || v.Object["spec"].(map[string]any)["replicas"] != int64(3) {
-				b.Fatalf("%+v", v)
+			opts := &engine.EvalOptions{Stages: engine.MutateOnly}
+			if d := ps.Evaluate(ctx, req, opts); !d.Allowed || d.Mutated == nil || d.Mutated["spec"].(map[string]any)["replicas"] != int64(3) {
+				b.Fatalf("%+v", d)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				s.Decide(ctx, req, nil)
+				ps.Evaluate(ctx, req, opts)
 			}
 		})
 		b.Run(bc.name+"/k8s.io-apiserver", func(b *testing.B) {

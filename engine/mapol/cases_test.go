@@ -222,6 +222,17 @@ func differentialCases() []*diffCase {
 		one("mutations/arithmetic on a patched number", on(pol("p", fail, never,
 			JP(`[JSONPatch{op: "replace", path: "/spec/replicas", value: 7}]`),
 			JP(`[JSONPatch{op: "replace", path: "/spec/replicas", value: object.spec.replicas + 1}]`)), deployments)).withReq(onDeployment).expect(allowedWith(2, `"replicas":8`)),
+		one("mutations/integral float after a JSON patch", on(pol("p", fail, never,
+			addLabel("touched", "1"),
+			AC(`Object{spec: Object.spec{replicas: object.spec.replicas + 1}}`)), deployments)).withReq(func(r *admission.Request) {
+			onDeployment(r)
+			r.Object["spec"].(map[string]any)["replicas"] = float64(2)
+		}).expect(allowedWith(2, `"replicas":3`)),
+		one("mutations/integral float without a JSON patch", on(pol("p", fail, never,
+			AC(`Object{spec: Object.spec{replicas: object.spec.replicas + 1}}`)), deployments)).withReq(func(r *admission.Request) {
+			onDeployment(r)
+			r.Object["spec"].(map[string]any)["replicas"] = float64(2)
+		}).expect(denied("no such overload")),
 		one("mutations/apply config then json", pol("p", fail, never,
 			AC(`Object{metadata: Object.metadata{annotations: {"a": "1"}}}`),
 			JP(`[JSONPatch{op: "add", path: "/metadata/annotations/b", value: "2"}]`))).expect(allowedWith(2, `"b":"2"`)),

@@ -409,7 +409,7 @@ func (d *dispatch) mutate(inv *invocation, i int) error {
 		if err != nil {
 			return err
 		}
-		if out, err = patch.ApplyJSONPatch(obj, ops); err != nil {
+		if out, err = kubeJSONPatch.ApplyJSONPatch(obj, ops); err != nil {
 			return err
 		}
 		// kube-apiserver decodes the patched JSON: integral numbers are
@@ -426,6 +426,10 @@ func (d *dispatch) mutate(inv *invocation, i int) error {
 	d.dirty = true
 	return nil
 }
+
+// kubeJSONPatch applies JSON patches as kube-apiserver does: the values its
+// copy operations add are limited to 3 MiB (its JSONPatchMaxCopyBytes).
+var kubeJSONPatch = patch.Options{MaxCopyBytes: patch.KubeAPIServerMaxCopyBytes}
 
 // applyConfiguration merges the apply configuration a mutation evaluated
 // to, as kube-apiserver's apply configuration patcher does.

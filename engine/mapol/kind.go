@@ -1,11 +1,13 @@
 package mapol
 
 import (
+	"context"
 	"sync"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	ap "github.com/arbiter-pdp/arbiter/engine/admissionpolicy"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
@@ -192,15 +194,54 @@ func (s *Set) Infos() []Info {
 	}
 	out := make([]Info, 0, len(s.entries))
 	for _, e := range s.entries {
-		p := e.policy
-		info := Info{Name: p.Name, Resources: ap.Resources(p.Spec.MatchConstraints), Mutations: len(p.mutations),
-			ReinvocationPolicy: string(p.Spec.ReinvocationPolicy), FailurePolicy: string(p.failurePolicy)}
+		out = append(out, s.info(e))
+	}
+	return out
+}
+
+func (s *Set) info(e *entry) Info {
+	p := e.policy
+	info := Info{Name: p.Name, Resources: ap.Resources(p.Spec.MatchConstraints), Mutations: len(p.mutations),
+		ReinvocationPolicy: string(p.Spec.ReinvocationPolicy), FailurePolicy: string(p.failurePolicy)}
+	for _, b := range e.bindings {
+		info.Bindings = append(info.Bindings, b.Name)
+	}
+	if gvk, ok := p.ParamKind(); ok {
+		info.ParamKind = gvk.GroupVersion().String() + "/" + gvk.Kind
+	}
+	return info
+}
+
+// Applicable returns the policies that apply to the request, by the same
+// matching as Decide: the request is one the plugin handles, their
+// matchConstraints select it and so do the matchResources of at least one
+// binding (listed in Info.Bindings); their matchConditions are not
+// evaluated.
+func (s *Set) Applicable(ctx context.Context, req *admission.Request) []Info {
+	if s.Empty() || !handles(req) {
+		return nil
+	}
+	_, gvr, _ := req.Requested()
+	rq := ap.NewRequest(ctx, s.objects, req, nil)
+	var out []Info
+	for _, e := range s.byResource.Candidates(gvr.Resource) {
+		if ok, _, _ := e.policy.match.Matches(rq); !ok {
+			continue
+		}
+		var bindings []string
 		for _, b := range e.bindings {
-			info.Bindings = append(info.Bindings, b.Name)
+			if b.match != nil {
+				if ok, _, _ := b.match.Matches(rq); !ok {
+					continue
+				}
+			}
+			bindings = append(bindings, b.Name)
 		}
-		if gvk, ok := p.ParamKind(); ok {
-			info.ParamKind = gvk.GroupVersion().String() + "/" + gvk.Kind
+		if len(bindings) == 0 {
+			continue
 		}
+		info := s.info(e)
+		info.Bindings = bindings
 		out = append(out, info)
 	}
 	return out

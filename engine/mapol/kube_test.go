@@ -14,12 +14,15 @@ package mapol_test
 
 import (
 	"context"
+
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"testing"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
@@ -48,6 +51,8 @@ import (
 
 	ap "github.com/arbiter-pdp/arbiter/engine/admissionpolicy"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
+	apppatch "github.com/arbiter-pdp/arbiter/engine/patch"
+	"github.com/arbiter-pdp/arbiter/engine/schema"
 )
 
 // kubeCompilePolicy mirrors the unexported compilePolicy of
@@ -101,14 +106,14 @@ var builtinConverter = applyconfigurations.NewTypeConverter(clientgoscheme.Schem
 // dispatcher: Run would poll a nil OpenAPI client).
 type typeConverters struct{ tc managedfields.TypeConverter }
 
-func (t typeConverters) GetTypeConverter(schema.GroupVersionKind) managedfields.TypeConverter {
+func (t typeConverters) GetTypeConverter(k8sschema.GroupVersionKind) managedfields.TypeConverter {
 	return t.tc
 }
 func (t typeConverters) Run(context.Context) {}
 
-// smdApplier is Arbiter's Applier in these tests: the API server's own
-// merge (patch.ApplyStructuredMergeDiff) with the built-in converter.
-// When engine/schema lands, testApplier becomes its Applier (one line).
+// smdApplier is an Applier with the API server's own merge
+// (patch.ApplyStructuredMergeDiff) and client-go's built-in converter: the
+// reference's merge, on Arbiter's side.
 type smdApplier struct{ tc managedfields.TypeConverter }
 
 func (a smdApplier) Apply(obj, ac map[string]any, allowAtomic bool) (map[string]any, error) {
@@ -126,8 +131,33 @@ func (a smdApplier) Apply(obj, ac map[string]any, allowAtomic bool) (map[string]
 	return u.Object, nil
 }
 
-// testApplier is the Applier Arbiter's side of the tests uses.
-var testApplier mapol.Applier = smdApplier{tc: builtinConverter}
+// schemaApplier is the engine's Applier: engine/schema's port of the merge
+// with its built-in schemas (no client-go).
+type schemaApplier struct{ s *schema.Schemas }
+
+func (a schemaApplier) Apply(obj, ac map[string]any, allowAtomic bool) (map[string]any, error) {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	return schema.ApplyConfiguration(a.s.For(k8sschema.FromAPIVersionAndKind(apiVersion, kind)), obj, ac, allowAtomic)
+}
+
+func newSchemaApplier() mapol.Applier {
+	s, err := schema.NewSchemas()
+	if err != nil {
+		panic(err)
+	}
+	return schemaApplier{s}
+}
+
+// testApplier is the Applier Arbiter's side of the tests uses: the
+// engine's (smdApplier{builtinConverter} would use the reference's merge).
+var testApplier = newSchemaApplier()
+
+func init() {
+	// kube-apiserver limits the values JSON patches copy
+	// (JSONPatchMaxCopyBytes); evanphx reads the limit from a variable.
+	jsonpatch.AccumulatedCopySizeLimit = apppatch.KubeAPIServerMaxCopyBytes
+}
 
 // syncedInformer is a param informer that is always synced.
 type syncedInformer struct {
@@ -195,7 +225,7 @@ func (o objectInterfaces) GetObjectConvertor() runtime.ObjectConvertor { return 
 
 type unstructuredCreater struct{}
 
-func (unstructuredCreater) New(gvk schema.GroupVersionKind) (runtime.Object, error) {
+func (unstructuredCreater) New(gvk k8sschema.GroupVersionKind) (runtime.Object, error) {
 	u := &unstructured.Unstructured{Object: map[string]any{}}
 	u.SetGroupVersionKind(gvk)
 	return u, nil
@@ -220,15 +250,15 @@ func (shallowConvertor) Convert(in, out, _ any) error {
 func (shallowConvertor) ConvertToVersion(in runtime.Object, _ runtime.GroupVersioner) (runtime.Object, error) {
 	return in, nil
 }
-func (shallowConvertor) ConvertFieldLabel(_ schema.GroupVersionKind, label, value string) (string, string, error) {
+func (shallowConvertor) ConvertFieldLabel(_ k8sschema.GroupVersionKind, label, value string) (string, string, error) {
 	return label, value, nil
 }
 
 func newObjectInterfaces() admission.ObjectInterfaces {
-	ids := map[schema.GroupResource]string{}
-	reg := runtime.NewEquivalentResourceRegistryWithIdentity(func(gr schema.GroupResource) string { return ids[gr] })
-	seen := map[schema.GroupVersionResource]bool{}
-	for _, gvr := range []schema.GroupVersionResource{
+	ids := map[k8sschema.GroupResource]string{}
+	reg := runtime.NewEquivalentResourceRegistryWithIdentity(func(gr k8sschema.GroupResource) string { return ids[gr] })
+	seen := map[k8sschema.GroupVersionResource]bool{}
+	for _, gvr := range []k8sschema.GroupVersionResource{
 		{Group: "apps", Version: "v1", Resource: "deployments"},
 		{Group: "batch", Version: "v1", Resource: "cronjobs"},
 	} {
@@ -316,7 +346,7 @@ func kubeRun(t testing.TB, c *diffCase) outcome {
 		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Name < bs[j].Name })
 		h := mutating.PolicyHook{Policy: p, Bindings: bs, Evaluator: kubeCompilePolicy(p)}
 		if pk := p.Spec.ParamKind; pk != nil {
-			gvk := schema.FromAPIVersionAndKind(pk.APIVersion, pk.Kind)
+			gvk := k8sschema.FromAPIVersionAndKind(pk.APIVersion, pk.Kind)
 			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 			namespaced := true
 			for _, o := range c.params {
@@ -328,7 +358,7 @@ func kubeRun(t testing.TB, c *diffCase) outcome {
 			if c.clusterParams {
 				namespaced = false
 			}
-			h.ParamInformer = paramInformer{lister: sortedLister{cache.NewGenericLister(idx, schema.GroupResource{Group: gvk.Group, Resource: strings.ToLower(gvk.Kind) + "s"})}}
+			h.ParamInformer = paramInformer{lister: sortedLister{cache.NewGenericLister(idx, k8sschema.GroupResource{Group: gvk.Group, Resource: strings.ToLower(gvk.Kind) + "s"})}}
 			h.ParamScope = meta.RESTScopeNamespace
 			if !namespaced {
 				h.ParamScope = meta.RESTScopeRoot

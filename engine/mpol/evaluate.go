@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/google/cel-go/common/types/ref"
@@ -13,6 +14,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/patch"
 )
@@ -94,14 +96,15 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 				rq.Note(p.Key(), v.config, outcome.PhaseMatch, "", what)
 			}
 			var mutated map[string]any
-			r, mutated = s.evalVariant(rq, e, v)
+			var sizes manifest.Sizes
+			r, mutated, sizes = s.evalVariant(rq, e, v)
 			if mutated != nil {
 				if background {
 					if r.Result == outcome.Pass && !reflect.DeepEqual(mutated, original) {
 						r.Result, r.Message = outcome.Fail, messageNotApplied
 					}
 				} else {
-					rq.SetObject(mutated)
+					rq.SetObjectSized(mutated, sizes)
 				}
 			}
 		}
@@ -124,42 +127,43 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 // previous one's result), audit annotations. It returns the result and the
 // mutated object (nil when the policy did not apply its mutations: skip,
 // exemption, error).
-func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant) (outcome.Result, map[string]any) {
+func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant) (outcome.Result, map[string]any, manifest.Sizes) {
 	p := v.policy
 	mode := rq.Attributes().Mode
 	if err := rq.Stopped(); err != nil {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, err.Error()+"; the policy was not evaluated", nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil
+		return r, nil, manifest.Sizes{}
 	}
 	if rq.BudgetSpent() {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", rq.Budget(), rq.Cost()), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil
+		return r, nil, manifest.Sizes{}
 	}
-	before := rq.Object()
+	before := rq.Mark()
 	type ret struct {
-		r   outcome.Result
-		obj map[string]any
+		r     outcome.Result
+		obj   map[string]any
+		sizes manifest.Sizes
 	}
 	o := celeval.Run(rq, &v.scope, func(st *celeval.State) ret {
 		// Each run starts from the object the policy found (a rerun with
 		// exact cost tracking discards the first run's mutations).
-		rq.SetObject(before)
-		r, obj := s.evalVariantOnce(rq, e, v, st)
-		return ret{r, obj}
+		rq.Restore(before)
+		r, obj, sizes := s.evalVariantOnce(rq, e, v, st)
+		return ret{r, obj, sizes}
 	})
-	rq.SetObject(before)
-	return o.r, o.obj
+	rq.Restore(before)
+	return o.r, o.obj, o.sizes
 }
 
-func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *celeval.State) (outcome.Result, map[string]any) {
+func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *celeval.State) (outcome.Result, map[string]any, manifest.Sizes) {
 	p := v.policy
 	mode := rq.Attributes().Mode
-	fail := func(err error) (outcome.Result, map[string]any) {
+	fail := func(err error) (outcome.Result, map[string]any, manifest.Sizes) {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, evaluationFailed+err.Error(), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil
+		return r, nil, manifest.Sizes{}
 	}
 	ver := e.bound.Evaluate(st, p.Namespaced(), admissionregistrationv1.Fail, exception.ErrorStops)
 	if ver.Err != nil {
@@ -169,7 +173,7 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *cel
 		res, msg, props, keys := exception.Exemption(ver.Granted)
 		r := result(mode, p, outcome.RuleException, res, msg, props)
 		r.Cause, r.Granted = outcome.CauseException, keys
-		return r, nil
+		return r, nil, manifest.Sizes{}
 	}
 	st.SetExceptions(ver.AllowedImages, ver.AllowedValues)
 	st.Label(outcome.PhaseMatchCondition, "", "")
@@ -180,7 +184,7 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *cel
 	if !matched {
 		r := result(mode, p, "", outcome.Skip, messageSkip, nil)
 		r.Cause = outcome.CauseMatchConditions
-		return r, nil
+		return r, nil, manifest.Sizes{}
 	}
 	start := rq.Object()
 	obj := start
@@ -190,15 +194,17 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *cel
 		if err != nil {
 			return fail(err)
 		}
+		prev := rq.ObjectSizes()
+		var sizes manifest.Sizes
 		if m.jsonPatch {
-			obj, err = applyJSONPatch(obj, val)
+			obj, sizes, err = applyJSONPatch(obj, val, prev)
 		} else {
-			obj, err = s.applyConfiguration(obj, val, p.allowAtomic)
+			obj, sizes, err = s.applyConfiguration(obj, val, p.allowAtomic, prev)
 		}
 		if err != nil {
 			return fail(err)
 		}
-		rq.SetObject(obj)
+		rq.SetObjectSized(obj, sizes)
 	}
 	if err := checkIdentity(start, obj); err != nil {
 		return fail(err)
@@ -207,7 +213,7 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *cel
 	if err != nil {
 		return fail(err)
 	}
-	return result(mode, p, "", outcome.Pass, messageSuccess, annotations), obj
+	return result(mode, p, "", outcome.Pass, messageSuccess, annotations), obj, rq.ObjectSizes()
 }
 
 func auditAnnotations(st *celeval.State, v *variant) (map[string]string, error) {
@@ -258,39 +264,97 @@ func checkIdentity(before, after map[string]any) error {
 
 // applyJSONPatch applies the JSON patch a mutation evaluated to, as
 // kube-apiserver's JSON patcher turns it into one
-// (k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch).
-func applyJSONPatch(obj map[string]any, val ref.Val) (map[string]any, error) {
+// (k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch). It also
+// bounds the sizes of the result from prev, those of the object: a patch
+// adds values and keys, and lengthens the containers it writes into.
+func applyJSONPatch(obj map[string]any, val ref.Val, prev manifest.Sizes) (map[string]any, manifest.Sizes, error) {
 	ops, err := celeval.JSONPatchOps(val)
 	if err != nil {
-		return nil, err
+		return nil, prev, err
 	}
-	return patch.ApplyJSONPatch(obj, ops)
+	out, err := patch.ApplyJSONPatch(obj, ops)
+	if err != nil {
+		return nil, prev, err
+	}
+	sizes := prev
+	for _, op := range ops {
+		if _, none := op.Value.(patch.NoValue); !none {
+			sizes = sizes.Max(manifest.SizesOf(op.Value))
+		}
+		parent, key, _ := cutLast(op.Path)
+		sizes.Length = max(sizes.Length, uint64(len(key)))
+		if n, ok := containerLen(out, parent); ok {
+			sizes = sizes.Max(manifest.Sizes{Entries: n, Length: n})
+		}
+	}
+	return out, sizes, nil
+}
+
+func cutLast(path string) (parent, last string, ok bool) {
+	i := strings.LastIndexByte(path, '/')
+	if i < 0 {
+		return "", path, false
+	}
+	return path[:i], path[i+1:], true
+}
+
+// containerLen returns the number of entries of the list or map at a JSON
+// pointer of obj.
+func containerLen(obj map[string]any, pointer string) (uint64, bool) {
+	var cur any = obj
+	if pointer != "" {
+		for _, tok := range strings.Split(pointer[strings.IndexByte(pointer, '/')+1:], "/") {
+			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+			switch c := cur.(type) {
+			case map[string]any:
+				cur = c[tok]
+			case []any:
+				i, err := strconv.Atoi(tok)
+				if err != nil || i < 0 || i >= len(c) {
+					return 0, false
+				}
+				cur = c[i]
+			default:
+				return 0, false
+			}
+		}
+	}
+	switch c := cur.(type) {
+	case map[string]any:
+		return uint64(len(c)), true
+	case []any:
+		return uint64(len(c)), true
+	}
+	return 0, false
 }
 
 // applyConfiguration merges the apply configuration a mutation evaluated
-// to, as kube-apiserver's apply configuration patcher does.
-func (s *Set) applyConfiguration(obj map[string]any, val ref.Val, allowAtomic bool) (map[string]any, error) {
+// to, as kube-apiserver's apply configuration patcher does. The sizes of
+// the result are bounded from prev, those of the object: a merge adds the
+// entries of the apply configuration to those of the object at most.
+func (s *Set) applyConfiguration(obj map[string]any, val ref.Val, allowAtomic bool, prev manifest.Sizes) (map[string]any, manifest.Sizes, error) {
 	ov, ok := val.(*dynamic.ObjectVal)
 	if !ok {
-		return nil, fmt.Errorf("unsupported return type from ApplyConfiguration expression: %v", val.Type())
+		return nil, prev, fmt.Errorf("unsupported return type from ApplyConfiguration expression: %v", val.Type())
 	}
 	if err := ov.CheckTypeNamesMatchFieldPathNames(); err != nil {
-		return nil, fmt.Errorf("type mismatch: %w", err)
+		return nil, prev, fmt.Errorf("type mismatch: %w", err)
 	}
 	ac, ok := ov.Value().(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("invalid return type: %T", ov.Value())
+		return nil, prev, fmt.Errorf("invalid return type: %T", ov.Value())
 	}
 	if s.apply == nil {
-		return nil, errors.New("error applying patch: type converter must not be nil")
+		return nil, prev, errors.New("error applying patch: type converter must not be nil")
 	}
 	// The apply configuration is of the object's kind.
 	ac["apiVersion"], ac["kind"] = obj["apiVersion"], obj["kind"]
 	out, err := s.apply.Apply(obj, ac, allowAtomic)
 	if err != nil {
-		return nil, fmt.Errorf("error applying patch: %w", err)
+		return nil, prev, fmt.Errorf("error applying patch: %w", err)
 	}
-	return out, nil
+	acs := manifest.SizesOf(ac)
+	return out, manifest.Sizes{Entries: prev.Entries + acs.Entries, Length: prev.Length + acs.Length}, nil
 }
 
 func result(mode admission.Mode, p *Policy, rule, res, message string, props map[string]string) outcome.Result {

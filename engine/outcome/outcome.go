@@ -122,10 +122,31 @@ type Outcome struct {
 	Warnings []string
 	// AuditAnnotations are the audit annotations to record.
 	AuditAnnotations map[string]string
+	// Authorization is the response to an authorization request (an Envoy
+	// or HTTP CheckRequest); nil for admission requests.
+	Authorization *Authorization
 
 	message strings.Builder
 	denials []denial
 	buf     [8]denial
+}
+
+// Authorization is the answer to an authorization request, as the Kyverno
+// Authz Server gives it: the response of the first policy (in the set's
+// order) that returned one or failed, or the default (allowed) when none did.
+type Authorization struct {
+	// Policy is the key of the policy whose response it is; "" for the
+	// default response.
+	Policy string
+	// Allowed says whether the request is allowed: an OK response or none.
+	Allowed bool
+	// Code is the HTTP status the client is answered with (200 when allowed).
+	Code int32
+	// JSON is the response: for Envoy, the CheckResponse
+	// (envoy.service.auth.v3) in protobuf's JSON mapping; for HTTP, the
+	// response the Authz Server writes ({"status": N, "header": {...},
+	// "body": "..."}).
+	JSON []byte
 }
 
 // denial is where a denial's text ends in the message, with its status.

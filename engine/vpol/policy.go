@@ -157,8 +157,11 @@ func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError)
 			return nil, manifest.Errorf(o, "spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
 		}
 	case kyvernoapi.EvaluationModeJSON:
+	case kyvernoapi.EvaluationModeEnvoy, kyvernoapi.EvaluationModeHTTP:
+		// A ValidatingPolicy in these modes is the authorization kind's (engine/authz).
+		return nil, manifest.Errorf(o, "spec.evaluation.mode", "unsupported value %q for a %s: the Envoy and HTTP modes are for ValidatingPolicy (authorization policies are cluster-scoped)", spec.EvaluationMode(), o.Kind)
 	default:
-		return nil, manifest.Errorf(o, "spec.evaluation.mode", "unsupported value %q: supported values: \"Kubernetes\", \"JSON\"", spec.EvaluationMode())
+		return nil, manifest.Errorf(o, "spec.evaluation.mode", "unsupported value %q: supported values: \"Kubernetes\", \"JSON\", \"Envoy\", \"HTTP\"", spec.EvaluationMode())
 	}
 	if n := len(spec.MatchConditions); n > 64 {
 		return nil, manifest.Errorf(o, "spec.matchConditions", "too many: %d, must have at most 64 items", n)

@@ -122,3 +122,25 @@ func TestKubesourceDependsOnAnInterface(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedPackagesStaySmall: what both the server and the CLI use links
+// no more than it needs — whatif only the generated API, internal/parallel
+// only the standard library and x/sync (the engine uses it), and apply
+// (the CLI's pipeline, which may embed the engine) never the server.
+func TestSharedPackagesStaySmall(t *testing.T) {
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./whatif") {
+		if strings.HasPrefix(dep, module+"/") && dep != module+"/proto/arbiter/v1" {
+			t.Errorf("whatif links %s", dep)
+		}
+	}
+	for _, dep := range list(t, `{{if not .Standard}}{{.ImportPath}}{{end}}`, "-deps", "./internal/parallel") {
+		if dep != "" && dep != module+"/internal/parallel" && !strings.HasPrefix(dep, "golang.org/x/sync/") {
+			t.Errorf("internal/parallel links %s", dep)
+		}
+	}
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./apply", "./convert") {
+		if dep == module+"/server" || strings.HasPrefix(dep, module+"/server/") || dep == module+"/store" {
+			t.Errorf("apply or convert links %s", dep)
+		}
+	}
+}

@@ -133,6 +133,121 @@ func (Mode) EnumDescriptor() ([]byte, []int) {
 	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{1}
 }
 
+// Payload says what a request's object is: an admission object, or an
+// authorization request of the Kyverno Authz Server, which only the
+// ValidatingPolicies of that evaluation mode (spec.evaluation.mode Envoy or
+// HTTP) evaluate.
+type Payload int32
+
+const (
+	// Unset: an admission object (a Kubernetes object, or the JSON payload of
+	// JSON-mode policies), evaluated by the admission policies.
+	Payload_PAYLOAD_UNSPECIFIED Payload = 0
+	// An Envoy external-authorization CheckRequest (envoy.service.auth.v3),
+	// in protobuf's JSON mapping (field names in lowerCamelCase or as in the
+	// .proto): evaluated by the ValidatingPolicies in Envoy mode only.
+	Payload_PAYLOAD_ENVOY_CHECK_REQUEST Payload = 1
+	// The Kyverno Authz Server's HTTP CheckRequest
+	// ({"attributes": {"method", "header", "path", "query", "body", ...}}, body
+	// in base64): evaluated by the ValidatingPolicies in HTTP mode only.
+	Payload_PAYLOAD_HTTP_CHECK_REQUEST Payload = 2
+)
+
+// Enum value maps for Payload.
+var (
+	Payload_name = map[int32]string{
+		0: "PAYLOAD_UNSPECIFIED",
+		1: "PAYLOAD_ENVOY_CHECK_REQUEST",
+		2: "PAYLOAD_HTTP_CHECK_REQUEST",
+	}
+	Payload_value = map[string]int32{
+		"PAYLOAD_UNSPECIFIED":         0,
+		"PAYLOAD_ENVOY_CHECK_REQUEST": 1,
+		"PAYLOAD_HTTP_CHECK_REQUEST":  2,
+	}
+)
+
+func (x Payload) Enum() *Payload {
+	p := new(Payload)
+	*p = x
+	return p
+}
+
+func (x Payload) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Payload) Descriptor() protoreflect.EnumDescriptor {
+	return file_arbiter_v1_decision_proto_enumTypes[2].Descriptor()
+}
+
+func (Payload) Type() protoreflect.EnumType {
+	return &file_arbiter_v1_decision_proto_enumTypes[2]
+}
+
+func (x Payload) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Payload.Descriptor instead.
+func (Payload) EnumDescriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{2}
+}
+
+// Stages of the admission pipeline a decision runs.
+type Stages int32
+
+const (
+	// Every stage: mutate, then validate the mutated object.
+	Stages_STAGES_UNSPECIFIED Stages = 0
+	// Validate the object as given; no mutation.
+	Stages_STAGES_VALIDATE_ONLY Stages = 1
+	// Mutate only (a mutating admission webhook: the API server validates
+	// the final object in a separate call).
+	Stages_STAGES_MUTATE_ONLY Stages = 2
+)
+
+// Enum value maps for Stages.
+var (
+	Stages_name = map[int32]string{
+		0: "STAGES_UNSPECIFIED",
+		1: "STAGES_VALIDATE_ONLY",
+		2: "STAGES_MUTATE_ONLY",
+	}
+	Stages_value = map[string]int32{
+		"STAGES_UNSPECIFIED":   0,
+		"STAGES_VALIDATE_ONLY": 1,
+		"STAGES_MUTATE_ONLY":   2,
+	}
+)
+
+func (x Stages) Enum() *Stages {
+	p := new(Stages)
+	*p = x
+	return p
+}
+
+func (x Stages) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Stages) Descriptor() protoreflect.EnumDescriptor {
+	return file_arbiter_v1_decision_proto_enumTypes[3].Descriptor()
+}
+
+func (Stages) Type() protoreflect.EnumType {
+	return &file_arbiter_v1_decision_proto_enumTypes[3]
+}
+
+func (x Stages) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Stages.Descriptor instead.
+func (Stages) EnumDescriptor() ([]byte, []int) {
+	return file_arbiter_v1_decision_proto_rawDescGZIP(), []int{3}
+}
+
 // GroupVersionKind names a kind.
 type GroupVersionKind struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -413,8 +528,15 @@ type DecideRequest struct {
 	RequestKind        *GroupVersionKind     `protobuf:"bytes,18,opt,name=request_kind,json=requestKind,proto3" json:"request_kind,omitempty"`
 	RequestResource    *GroupVersionResource `protobuf:"bytes,19,opt,name=request_resource,json=requestResource,proto3" json:"request_resource,omitempty"`
 	RequestSubResource string                `protobuf:"bytes,20,opt,name=request_sub_resource,json=requestSubResource,proto3" json:"request_sub_resource,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// What object (object_json) is. For an Envoy or HTTP CheckRequest, only
+	// object, min_revision and uid are read; the response carries the
+	// authorization response.
+	Payload Payload `protobuf:"varint,21,opt,name=payload,proto3,enum=arbiter.v1.Payload" json:"payload,omitempty"`
+	// Which stages of the admission pipeline run: by default every mutation
+	// (MutatingPolicies), then every validation on the mutated object.
+	Stages        Stages `protobuf:"varint,25,opt,name=stages,proto3,enum=arbiter.v1.Stages" json:"stages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
@@ -585,6 +707,20 @@ func (x *DecideRequest) GetRequestSubResource() string {
 		return x.RequestSubResource
 	}
 	return ""
+}
+
+func (x *DecideRequest) GetPayload() Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return Payload_PAYLOAD_UNSPECIFIED
+}
+
+func (x *DecideRequest) GetStages() Stages {
+	if x != nil {
+		return x.Stages
+	}
+	return Stages_STAGES_UNSPECIFIED
 }
 
 // PolicyResult is one policy's verdict on the request, in PolicyReport terms.
@@ -804,9 +940,25 @@ type DecideResponse struct {
 	Revision uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	Digest   string `protobuf:"bytes,7,opt,name=digest,proto3" json:"digest,omitempty"`
 	// Unique id of this decision (decision log, traces).
-	DecisionId    string `protobuf:"bytes,8,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DecisionId string `protobuf:"bytes,8,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
+	// The mutations, as an RFC 6902 JSON patch from the request's object to
+	// the object as the mutations left it (what validations saw, and what
+	// would be admitted); empty when nothing was mutated. patch_type is
+	// "JSONPatch" when patch is set.
+	Patch     []byte `protobuf:"bytes,15,opt,name=patch,proto3" json:"patch,omitempty"`
+	PatchType string `protobuf:"bytes,16,opt,name=patch_type,json=patchType,proto3" json:"patch_type,omitempty"`
+	// For an Envoy or HTTP CheckRequest (DecideRequest.payload): the
+	// authorization response the Kyverno Authz Server would give, as JSON —
+	// for Envoy a CheckResponse (envoy.service.auth.v3) in protobuf's JSON
+	// mapping, for HTTP the response the server writes ({"status": N,
+	// "body": "..."}). It is that of authorization_policy, the first policy
+	// (by name) that responded or failed; with none, the default response
+	// ({} for Envoy, {"status": 200} for HTTP), which allows. allowed and
+	// status follow it.
+	AuthorizationResponseJson []byte `protobuf:"bytes,9,opt,name=authorization_response_json,json=authorizationResponseJson,proto3" json:"authorization_response_json,omitempty"`
+	AuthorizationPolicy       string `protobuf:"bytes,10,opt,name=authorization_policy,json=authorizationPolicy,proto3" json:"authorization_policy,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *DecideResponse) Reset() {
@@ -891,6 +1043,34 @@ func (x *DecideResponse) GetDigest() string {
 func (x *DecideResponse) GetDecisionId() string {
 	if x != nil {
 		return x.DecisionId
+	}
+	return ""
+}
+
+func (x *DecideResponse) GetPatch() []byte {
+	if x != nil {
+		return x.Patch
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetPatchType() string {
+	if x != nil {
+		return x.PatchType
+	}
+	return ""
+}
+
+func (x *DecideResponse) GetAuthorizationResponseJson() []byte {
+	if x != nil {
+		return x.AuthorizationResponseJson
+	}
+	return nil
+}
+
+func (x *DecideResponse) GetAuthorizationPolicy() string {
+	if x != nil {
+		return x.AuthorizationPolicy
 	}
 	return ""
 }
@@ -1729,7 +1909,7 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x16.arbiter.v1.StringListR\x05value:\x028\x01\"$\n" +
 	"\n" +
 	"StringList\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\tR\x06values\"\x99\a\n" +
+	"\x06values\x18\x01 \x03(\tR\x06values\"\xf4\a\n" +
 	"\rDecideRequest\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06object\x126\n" +
 	"\n" +
@@ -1753,7 +1933,9 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\aoptions\x18\x11 \x01(\v2\x17.google.protobuf.StructR\aoptions\x12?\n" +
 	"\frequest_kind\x18\x12 \x01(\v2\x1c.arbiter.v1.GroupVersionKindR\vrequestKind\x12K\n" +
 	"\x10request_resource\x18\x13 \x01(\v2 .arbiter.v1.GroupVersionResourceR\x0frequestResource\x120\n" +
-	"\x14request_sub_resource\x18\x14 \x01(\tR\x12requestSubResource\"\xb8\x03\n" +
+	"\x14request_sub_resource\x18\x14 \x01(\tR\x12requestSubResource\x12-\n" +
+	"\apayload\x18\x15 \x01(\x0e2\x13.arbiter.v1.PayloadR\apayload\x12*\n" +
+	"\x06stages\x18\x19 \x01(\x0e2\x12.arbiter.v1.StagesR\x06stages\"\xb8\x03\n" +
 	"\fPolicyResult\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1f\n" +
 	"\vpolicy_kind\x18\x02 \x01(\tR\n" +
@@ -1779,7 +1961,7 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x9f\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xc7\x04\n" +
 	"\x0eDecideResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x122\n" +
 	"\aresults\x18\x02 \x03(\v2\x18.arbiter.v1.PolicyResultR\aresults\x12\x1a\n" +
@@ -1789,7 +1971,13 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\brevision\x18\x06 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\a \x01(\tR\x06digest\x12\x1f\n" +
 	"\vdecision_id\x18\b \x01(\tR\n" +
-	"decisionId\x1aC\n" +
+	"decisionId\x12\x14\n" +
+	"\x05patch\x18\x0f \x01(\fR\x05patch\x12\x1d\n" +
+	"\n" +
+	"patch_type\x18\x10 \x01(\tR\tpatchType\x12>\n" +
+	"\x1bauthorization_response_json\x18\t \x01(\fR\x19authorizationResponseJson\x121\n" +
+	"\x14authorization_policy\x18\n" +
+	" \x01(\tR\x13authorizationPolicy\x1aC\n" +
 	"\x15AuditAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
@@ -1859,7 +2047,15 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_ADMISSION\x10\x01\x12\x13\n" +
-	"\x0fMODE_BACKGROUND\x10\x022\xcb\x02\n" +
+	"\x0fMODE_BACKGROUND\x10\x02*c\n" +
+	"\aPayload\x12\x17\n" +
+	"\x13PAYLOAD_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bPAYLOAD_ENVOY_CHECK_REQUEST\x10\x01\x12\x1e\n" +
+	"\x1aPAYLOAD_HTTP_CHECK_REQUEST\x10\x02*R\n" +
+	"\x06Stages\x12\x16\n" +
+	"\x12STAGES_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14STAGES_VALIDATE_ONLY\x10\x01\x12\x16\n" +
+	"\x12STAGES_MUTATE_ONLY\x10\x022\xcb\x02\n" +
 	"\x0fDecisionService\x12V\n" +
 	"\x06Decide\x12\x19.arbiter.v1.DecideRequest\x1a\x1a.arbiter.v1.DecideResponse\"\x15\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
 	"/v1/decide\x12k\n" +
@@ -1878,81 +2074,85 @@ func file_arbiter_v1_decision_proto_rawDescGZIP() []byte {
 	return file_arbiter_v1_decision_proto_rawDescData
 }
 
-var file_arbiter_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_arbiter_v1_decision_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_arbiter_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_arbiter_v1_decision_proto_goTypes = []any{
 	(Operation)(0),               // 0: arbiter.v1.Operation
 	(Mode)(0),                    // 1: arbiter.v1.Mode
-	(*GroupVersionKind)(nil),     // 2: arbiter.v1.GroupVersionKind
-	(*GroupVersionResource)(nil), // 3: arbiter.v1.GroupVersionResource
-	(*UserInfo)(nil),             // 4: arbiter.v1.UserInfo
-	(*StringList)(nil),           // 5: arbiter.v1.StringList
-	(*DecideRequest)(nil),        // 6: arbiter.v1.DecideRequest
-	(*PolicyResult)(nil),         // 7: arbiter.v1.PolicyResult
-	(*Status)(nil),               // 8: arbiter.v1.Status
-	(*DecideResponse)(nil),       // 9: arbiter.v1.DecideResponse
-	(*RevisionInfo)(nil),         // 10: arbiter.v1.RevisionInfo
-	(*BatchItem)(nil),            // 11: arbiter.v1.BatchItem
-	(*WhatIf)(nil),               // 12: arbiter.v1.WhatIf
-	(*DecideBatchRequest)(nil),   // 13: arbiter.v1.DecideBatchRequest
-	(*ItemError)(nil),            // 14: arbiter.v1.ItemError
-	(*ItemResult)(nil),           // 15: arbiter.v1.ItemResult
-	(*ReportSummary)(nil),        // 16: arbiter.v1.ReportSummary
-	(*WhatIfSummary)(nil),        // 17: arbiter.v1.WhatIfSummary
-	(*DecideBatchResponse)(nil),  // 18: arbiter.v1.DecideBatchResponse
-	(*DecideStreamRequest)(nil),  // 19: arbiter.v1.DecideStreamRequest
-	(*DecideStreamResponse)(nil), // 20: arbiter.v1.DecideStreamResponse
-	nil,                          // 21: arbiter.v1.UserInfo.ExtraEntry
-	nil,                          // 22: arbiter.v1.PolicyResult.PropertiesEntry
-	nil,                          // 23: arbiter.v1.DecideResponse.AuditAnnotationsEntry
-	(*structpb.Struct)(nil),      // 24: google.protobuf.Struct
-	(*ObjectKey)(nil),            // 25: arbiter.v1.ObjectKey
+	(Payload)(0),                 // 2: arbiter.v1.Payload
+	(Stages)(0),                  // 3: arbiter.v1.Stages
+	(*GroupVersionKind)(nil),     // 4: arbiter.v1.GroupVersionKind
+	(*GroupVersionResource)(nil), // 5: arbiter.v1.GroupVersionResource
+	(*UserInfo)(nil),             // 6: arbiter.v1.UserInfo
+	(*StringList)(nil),           // 7: arbiter.v1.StringList
+	(*DecideRequest)(nil),        // 8: arbiter.v1.DecideRequest
+	(*PolicyResult)(nil),         // 9: arbiter.v1.PolicyResult
+	(*Status)(nil),               // 10: arbiter.v1.Status
+	(*DecideResponse)(nil),       // 11: arbiter.v1.DecideResponse
+	(*RevisionInfo)(nil),         // 12: arbiter.v1.RevisionInfo
+	(*BatchItem)(nil),            // 13: arbiter.v1.BatchItem
+	(*WhatIf)(nil),               // 14: arbiter.v1.WhatIf
+	(*DecideBatchRequest)(nil),   // 15: arbiter.v1.DecideBatchRequest
+	(*ItemError)(nil),            // 16: arbiter.v1.ItemError
+	(*ItemResult)(nil),           // 17: arbiter.v1.ItemResult
+	(*ReportSummary)(nil),        // 18: arbiter.v1.ReportSummary
+	(*WhatIfSummary)(nil),        // 19: arbiter.v1.WhatIfSummary
+	(*DecideBatchResponse)(nil),  // 20: arbiter.v1.DecideBatchResponse
+	(*DecideStreamRequest)(nil),  // 21: arbiter.v1.DecideStreamRequest
+	(*DecideStreamResponse)(nil), // 22: arbiter.v1.DecideStreamResponse
+	nil,                          // 23: arbiter.v1.UserInfo.ExtraEntry
+	nil,                          // 24: arbiter.v1.PolicyResult.PropertiesEntry
+	nil,                          // 25: arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	(*structpb.Struct)(nil),      // 26: google.protobuf.Struct
+	(*ObjectKey)(nil),            // 27: arbiter.v1.ObjectKey
 }
 var file_arbiter_v1_decision_proto_depIdxs = []int32{
-	21, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
-	24, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
-	24, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
+	23, // 0: arbiter.v1.UserInfo.extra:type_name -> arbiter.v1.UserInfo.ExtraEntry
+	26, // 1: arbiter.v1.DecideRequest.object:type_name -> google.protobuf.Struct
+	26, // 2: arbiter.v1.DecideRequest.old_object:type_name -> google.protobuf.Struct
 	0,  // 3: arbiter.v1.DecideRequest.operation:type_name -> arbiter.v1.Operation
-	2,  // 4: arbiter.v1.DecideRequest.kind:type_name -> arbiter.v1.GroupVersionKind
-	3,  // 5: arbiter.v1.DecideRequest.resource:type_name -> arbiter.v1.GroupVersionResource
-	4,  // 6: arbiter.v1.DecideRequest.user_info:type_name -> arbiter.v1.UserInfo
-	24, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
+	4,  // 4: arbiter.v1.DecideRequest.kind:type_name -> arbiter.v1.GroupVersionKind
+	5,  // 5: arbiter.v1.DecideRequest.resource:type_name -> arbiter.v1.GroupVersionResource
+	6,  // 6: arbiter.v1.DecideRequest.user_info:type_name -> arbiter.v1.UserInfo
+	26, // 7: arbiter.v1.DecideRequest.namespace_object:type_name -> google.protobuf.Struct
 	1,  // 8: arbiter.v1.DecideRequest.mode:type_name -> arbiter.v1.Mode
-	24, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
-	2,  // 10: arbiter.v1.DecideRequest.request_kind:type_name -> arbiter.v1.GroupVersionKind
-	3,  // 11: arbiter.v1.DecideRequest.request_resource:type_name -> arbiter.v1.GroupVersionResource
-	22, // 12: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
-	7,  // 13: arbiter.v1.DecideResponse.results:type_name -> arbiter.v1.PolicyResult
-	23, // 14: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
-	8,  // 15: arbiter.v1.DecideResponse.status:type_name -> arbiter.v1.Status
-	6,  // 16: arbiter.v1.BatchItem.request:type_name -> arbiter.v1.DecideRequest
-	25, // 17: arbiter.v1.WhatIf.deletes:type_name -> arbiter.v1.ObjectKey
-	11, // 18: arbiter.v1.DecideBatchRequest.items:type_name -> arbiter.v1.BatchItem
-	12, // 19: arbiter.v1.DecideBatchRequest.what_if:type_name -> arbiter.v1.WhatIf
-	9,  // 20: arbiter.v1.ItemResult.decision:type_name -> arbiter.v1.DecideResponse
-	14, // 21: arbiter.v1.ItemResult.error:type_name -> arbiter.v1.ItemError
-	9,  // 22: arbiter.v1.ItemResult.candidate_decision:type_name -> arbiter.v1.DecideResponse
-	16, // 23: arbiter.v1.ItemResult.report_summary:type_name -> arbiter.v1.ReportSummary
-	15, // 24: arbiter.v1.DecideBatchResponse.items:type_name -> arbiter.v1.ItemResult
-	17, // 25: arbiter.v1.DecideBatchResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
-	11, // 26: arbiter.v1.DecideStreamRequest.item:type_name -> arbiter.v1.BatchItem
-	12, // 27: arbiter.v1.DecideStreamRequest.what_if:type_name -> arbiter.v1.WhatIf
-	11, // 28: arbiter.v1.DecideStreamRequest.items:type_name -> arbiter.v1.BatchItem
-	15, // 29: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
-	17, // 30: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
-	15, // 31: arbiter.v1.DecideStreamResponse.items:type_name -> arbiter.v1.ItemResult
-	5,  // 32: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
-	6,  // 33: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
-	13, // 34: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
-	19, // 35: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
-	9,  // 36: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
-	18, // 37: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
-	20, // 38: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
-	36, // [36:39] is the sub-list for method output_type
-	33, // [33:36] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	26, // 9: arbiter.v1.DecideRequest.options:type_name -> google.protobuf.Struct
+	4,  // 10: arbiter.v1.DecideRequest.request_kind:type_name -> arbiter.v1.GroupVersionKind
+	5,  // 11: arbiter.v1.DecideRequest.request_resource:type_name -> arbiter.v1.GroupVersionResource
+	2,  // 12: arbiter.v1.DecideRequest.payload:type_name -> arbiter.v1.Payload
+	3,  // 13: arbiter.v1.DecideRequest.stages:type_name -> arbiter.v1.Stages
+	24, // 14: arbiter.v1.PolicyResult.properties:type_name -> arbiter.v1.PolicyResult.PropertiesEntry
+	9,  // 15: arbiter.v1.DecideResponse.results:type_name -> arbiter.v1.PolicyResult
+	25, // 16: arbiter.v1.DecideResponse.audit_annotations:type_name -> arbiter.v1.DecideResponse.AuditAnnotationsEntry
+	10, // 17: arbiter.v1.DecideResponse.status:type_name -> arbiter.v1.Status
+	8,  // 18: arbiter.v1.BatchItem.request:type_name -> arbiter.v1.DecideRequest
+	27, // 19: arbiter.v1.WhatIf.deletes:type_name -> arbiter.v1.ObjectKey
+	13, // 20: arbiter.v1.DecideBatchRequest.items:type_name -> arbiter.v1.BatchItem
+	14, // 21: arbiter.v1.DecideBatchRequest.what_if:type_name -> arbiter.v1.WhatIf
+	11, // 22: arbiter.v1.ItemResult.decision:type_name -> arbiter.v1.DecideResponse
+	16, // 23: arbiter.v1.ItemResult.error:type_name -> arbiter.v1.ItemError
+	11, // 24: arbiter.v1.ItemResult.candidate_decision:type_name -> arbiter.v1.DecideResponse
+	18, // 25: arbiter.v1.ItemResult.report_summary:type_name -> arbiter.v1.ReportSummary
+	17, // 26: arbiter.v1.DecideBatchResponse.items:type_name -> arbiter.v1.ItemResult
+	19, // 27: arbiter.v1.DecideBatchResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	13, // 28: arbiter.v1.DecideStreamRequest.item:type_name -> arbiter.v1.BatchItem
+	14, // 29: arbiter.v1.DecideStreamRequest.what_if:type_name -> arbiter.v1.WhatIf
+	13, // 30: arbiter.v1.DecideStreamRequest.items:type_name -> arbiter.v1.BatchItem
+	17, // 31: arbiter.v1.DecideStreamResponse.item:type_name -> arbiter.v1.ItemResult
+	19, // 32: arbiter.v1.DecideStreamResponse.what_if:type_name -> arbiter.v1.WhatIfSummary
+	17, // 33: arbiter.v1.DecideStreamResponse.items:type_name -> arbiter.v1.ItemResult
+	7,  // 34: arbiter.v1.UserInfo.ExtraEntry.value:type_name -> arbiter.v1.StringList
+	8,  // 35: arbiter.v1.DecisionService.Decide:input_type -> arbiter.v1.DecideRequest
+	15, // 36: arbiter.v1.DecisionService.DecideBatch:input_type -> arbiter.v1.DecideBatchRequest
+	21, // 37: arbiter.v1.DecisionService.DecideStream:input_type -> arbiter.v1.DecideStreamRequest
+	11, // 38: arbiter.v1.DecisionService.Decide:output_type -> arbiter.v1.DecideResponse
+	20, // 39: arbiter.v1.DecisionService.DecideBatch:output_type -> arbiter.v1.DecideBatchResponse
+	22, // 40: arbiter.v1.DecisionService.DecideStream:output_type -> arbiter.v1.DecideStreamResponse
+	38, // [38:41] is the sub-list for method output_type
+	35, // [35:38] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_v1_decision_proto_init() }
@@ -1966,7 +2166,7 @@ func file_arbiter_v1_decision_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_v1_decision_proto_rawDesc), len(file_arbiter_v1_decision_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      4,
 			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,

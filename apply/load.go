@@ -1,13 +1,15 @@
-package main
+package apply
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -44,21 +46,33 @@ func (r resourceDoc) decoded() (*manifest.Object, *manifest.Sizes, error) {
 	// The document's JSON is ours and never changes: decoded in place.
 	content, sizes, err := manifest.DecodeJSONSizedOwned(r.doc.JSON)
 	if err != nil {
-		return nil, nil, exitWith(exitLoad, "%s: %v", r.doc.Source(), err)
+		return nil, nil, fmt.Errorf("%s: %v", r.doc.Source(), err)
 	}
 	return manifest.NewObject(r.doc.Source(), content), &sizes, nil
 }
 
-// readObjects reads every manifest under paths.
-func readObjects(paths ...string) ([]*manifest.Object, error) {
+// ReadObjects reads every manifest under paths ("-": standard input).
+func ReadObjects(paths ...string) ([]*manifest.Object, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
 	docs, err := manifest.ReadPaths(os.Stdin, paths...)
 	if err != nil {
-		return nil, exitWith(exitLoad, "%v", err)
+		return nil, err
 	}
 	return manifest.FromDocuments(docs), nil
+}
+
+// ReadOne reads the one object of a file.
+func ReadOne(path string) (*manifest.Object, error) {
+	objs, err := ReadObjects(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) != 1 {
+		return nil, fmt.Errorf("%s: want exactly one object, found %d", path, len(objs))
+	}
+	return objs[0], nil
 }
 
 // readDocuments reads every manifest under paths, plain YAML as JSON (see
@@ -69,7 +83,7 @@ func readDocuments(paths []string) ([]*manifest.RawDocument, error) {
 	}
 	docs, err := manifest.ReadPathsJSON(os.Stdin, paths...)
 	if err != nil {
-		return nil, exitWith(exitLoad, "%v", err)
+		return nil, err
 	}
 	return docs, nil
 }
@@ -83,7 +97,7 @@ func headObject(d *manifest.RawDocument) *manifest.Object {
 func decodeDocument(d *manifest.RawDocument) (*manifest.Object, error) {
 	content, err := d.Content()
 	if err != nil {
-		return nil, exitWith(exitLoad, "%s: %v", d.Source(), err)
+		return nil, fmt.Errorf("%s: %v", d.Source(), err)
 	}
 	return manifest.NewObject(d.Source(), content), nil
 }
@@ -139,7 +153,7 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 			in.resources = append(in.resources, resourceDoc{object: full, doc: d})
 			in.objects = append(in.objects, full)
 		default:
-			return nil, exitWith(exitLoad, "%s: %s is a policy object, not a resource", o.Source, o.Ref())
+			return nil, fmt.Errorf("%s: %s is a policy object, not a resource", o.Source, o.Ref())
 		}
 	}
 	docs, err = readDocuments(exceptionPaths)
@@ -149,7 +163,7 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 	for _, d := range docs {
 		o := headObject(d)
 		if engine.Classify(o) != engine.ClassException {
-			return nil, exitWith(exitLoad, "%s: %s is not a PolicyException", o.Source, o.Ref())
+			return nil, fmt.Errorf("%s: %s is not a PolicyException", o.Source, o.Ref())
 		}
 		full, err := decodeDocument(d)
 		if err != nil {
@@ -160,26 +174,27 @@ func loadInputs(paths, resourcePaths, exceptionPaths []string) (*inputs, error) 
 	return in, nil
 }
 
-// compile compiles the inputs' policies, reporting load errors with exit code 2.
-func compile(objs []*manifest.Object, opts engine.Options) (*engine.PolicySet, error) {
+// Compile compiles policy objects; the Pod Security configuration's
+// warnings go to warnings.
+func Compile(objs []*manifest.Object, opts engine.Options, warnings io.Writer) (*engine.PolicySet, error) {
 	ps, err := engine.Compile(objs, opts)
 	if err != nil {
 		if l := manifest.AsLoadErrors(err); l != nil {
-			return nil, exitWith(exitLoad, "cannot load policies:\n  %s", strings.ReplaceAll(l.Error(), "\n", "\n  "))
+			return nil, fmt.Errorf("cannot load policies:\n  %s", strings.ReplaceAll(l.Error(), "\n", "\n  "))
 		}
-		return nil, exitWith(exitLoad, "%v", err)
+		return nil, err
 	}
 	for _, w := range ps.PodSecurityWarnings() {
-		fmt.Fprintf(os.Stderr, "warning: %s: %s\n", ps.PodSecurityConfiguration().Source, w)
+		fmt.Fprintf(warnings, "warning: %s: %s\n", ps.PodSecurityConfiguration().Source, w)
 	}
 	return ps, nil
 }
 
-// requestFor builds the request the CLI evaluates a resource with, as
+// RequestFor builds the request the CLI evaluates a resource with, as
 // `kyverno apply` does: CREATE with the object; UPDATE with the object as
 // object and oldObject; DELETE with it as oldObject only. A namespaced
 // object without a namespace is in "default".
-func requestFor(o *manifest.Object, operation string, mode admission.Mode) (*admission.Request, error) {
+func RequestFor(o *manifest.Object, operation string, mode admission.Mode) (*admission.Request, error) {
 	req := &admission.Request{Operation: strings.ToUpper(operation), Mode: mode}
 	switch req.Operation {
 	case "", admission.OpCreate:
@@ -193,7 +208,7 @@ func requestFor(o *manifest.Object, operation string, mode admission.Mode) (*adm
 	case admission.OpConnect:
 		req.Object = o.Content
 	default:
-		return nil, exitWith(exitLoad, "--operation: unknown operation %q (CREATE, UPDATE, DELETE, CONNECT)", operation)
+		return nil, fmt.Errorf("--operation: unknown operation %q (CREATE, UPDATE, DELETE, CONNECT)", operation)
 	}
 	req.Fill()
 	gvk := schema.FromAPIVersionAndKind(o.APIVersion, o.Kind)
@@ -203,7 +218,8 @@ func requestFor(o *manifest.Object, operation string, mode admission.Mode) (*adm
 	return req, nil
 }
 
-func parseMode(s string, dflt admission.Mode) (admission.Mode, error) {
+// ParseMode reads --mode: admission, background, or empty for dflt.
+func ParseMode(s string, dflt admission.Mode) (admission.Mode, error) {
 	switch strings.ToLower(s) {
 	case "":
 		return dflt, nil
@@ -212,7 +228,7 @@ func parseMode(s string, dflt admission.Mode) (admission.Mode, error) {
 	case "background":
 		return admission.ModeBackground, nil
 	}
-	return 0, exitWith(exitLoad, "--mode: unknown mode %q (admission, background)", s)
+	return 0, fmt.Errorf("--mode: unknown mode %q (admission, background)", s)
 }
 
 // resourceName is "Kind namespace/name" for tables.
@@ -246,11 +262,11 @@ func remoteInputsOf(in *inputs, operation string, mode admission.Mode) (*remoteI
 	out := &remoteInputs{namespaces: map[string]*structpb.Struct{}}
 	for _, o := range in.objects {
 		if engine.Classify(o) != engine.ClassNamespace {
-			return nil, exitWith(exitLoad, "%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
+			return nil, fmt.Errorf("%s: %s: with --server the policies are the server's (try it with --candidate)", o.Source, o.Ref())
 		}
-		st, err := structpb.NewStruct(o.Content)
+		st, err := convert.NamespaceToProto(o)
 		if err != nil {
-			return nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
+			return nil, fmt.Errorf("%s: %s: %v", o.Source, o.Ref(), err)
 		}
 		out.namespaces[o.Name] = st
 	}
@@ -258,10 +274,10 @@ func remoteInputsOf(in *inputs, operation string, mode admission.Mode) (*remoteI
 		o := r.object
 		js, err := r.doc.Encoded()
 		if err != nil {
-			return nil, exitWith(exitLoad, "%s: %s: %v", o.Source, o.Ref(), err)
+			return nil, fmt.Errorf("%s: %s: %v", o.Source, o.Ref(), err)
 		}
 		// requestFor needs only the identity of the object: the head.
-		req, err := requestFor(&manifest.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
+		req, err := RequestFor(&manifest.Object{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, Namespace: o.Namespace,
 			Content: map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "metadata": map[string]any{"name": o.Name, "namespace": o.Namespace}}},
 			operation, mode)
 		if err != nil {
@@ -274,7 +290,7 @@ func remoteInputsOf(in *inputs, operation string, mode admission.Mode) (*remoteI
 		if req.OldObject != nil {
 			oldObject = js
 		}
-		out.resources = append(out.resources, remoteResource{object: o, request: protoRequestJSON(req, object, oldObject)})
+		out.resources = append(out.resources, remoteResource{object: o, request: convert.RequestToProtoJSON(req, object, oldObject)})
 	}
 	return out, nil
 }

@@ -1,49 +1,49 @@
-package main
+package apply
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
-	"runtime"
-	"sync"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/internal/parallel"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
 // decideRemote decides every resource on the server in one DecideStream,
 // so the whole run is pinned to one revision. Namespace objects among the
 // inputs are sent as the namespace objects of requests in them.
-func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates []*manifest.Object, prog *progress, fin *finisher) ([]outcome, *arbiterv1.WhatIfSummary, error) {
+func decideRemote(ctx context.Context, addr string, opts []client.Option, in *remoteInputs, candidates []*manifest.Object, prog *progress, fin *finisher) ([]outcome, *arbiterv1.WhatIfSummary, error) {
 	var whatIf *arbiterv1.WhatIf
 	if len(candidates) > 0 {
 		whatIf = &arbiterv1.WhatIf{}
 		for _, o := range candidates {
 			if engine.Classify(o) == engine.ClassResource {
-				return nil, nil, exitWith(exitLoad, "%s: %s: a candidate must be a policy object", o.Source, o.Ref())
+				return nil, nil, fmt.Errorf("%s: %s: a candidate must be a policy object", o.Source, o.Ref())
 			}
 			b, err := json.Marshal(o.Content)
 			if err != nil {
-				return nil, nil, exitWith(exitLoad, "%s: %v", o.Source, err)
+				return nil, nil, fmt.Errorf("%s: %v", o.Source, err)
 			}
 			whatIf.ObjectsJson = append(whatIf.ObjectsJson, b)
 		}
 	}
-	c, err := dialServer(ctx, addr)
+	c, err := client.Dial(ctx, addr, opts...)
 	if err != nil {
-		return nil, nil, exitWith(exitLoad, "%v", err)
+		return nil, nil, err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.Decision.DecideStream(ctx)
 	if err != nil {
-		return nil, nil, exitWith(exitLoad, "%s", client.Describe(err))
+		return nil, nil, errors.New(client.Describe(err))
 	}
 	// What is kept of each resource is its identity: the sender drops the
 	// requests (the bulk of the inputs) once they are sent.
@@ -87,21 +87,8 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 	}()
 	// Each outcome's report is made by a worker as soon as it arrives,
 	// while the stream goes on.
-	finished := make(chan int, 256)
-	var finishing sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		finishing.Add(1)
-		go func() {
-			defer finishing.Done()
-			for i := range finished {
-				fin.finish(i, &outcomes[i])
-			}
-		}()
-	}
-	defer func() {
-		close(finished)
-		finishing.Wait()
-	}()
+	finishing := parallel.NewPool(256, func(i int) { fin.finish(i, &outcomes[i]) })
+	defer finishing.Close()
 	var summary *arbiterv1.WhatIfSummary
 	received := 0
 	seen := make([]bool, n)
@@ -117,7 +104,7 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 			break
 		}
 		if err != nil {
-			return nil, nil, exitWith(exitLoad, "deciding on %s: %s", addr, client.Describe(err))
+			return nil, nil, fmt.Errorf("deciding on %s: %s", addr, client.Describe(err))
 		}
 		resp := &arbiterv1.DecideStreamResponse{}
 		if fin.json != nil {
@@ -126,7 +113,7 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 			err = resp.UnmarshalVT(raw.Bytes())
 		}
 		if err != nil {
-			return nil, nil, exitWith(exitLoad, "deciding on %s: %v", addr, err)
+			return nil, nil, fmt.Errorf("deciding on %s: %v", addr, err)
 		}
 		if resp.GetWhatIf() != nil {
 			summary = proto.CloneOf(resp.GetWhatIf())
@@ -139,11 +126,11 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 		for _, it := range answers {
 			i := int(it.GetIndex())
 			if i < 0 || i >= n || seen[i] {
-				return nil, nil, exitWith(exitLoad, "deciding on %s: unexpected item index %d", addr, i)
+				return nil, nil, fmt.Errorf("deciding on %s: unexpected item index %d", addr, i)
 			}
 			seen[i] = true
 			if e := it.GetError(); e != nil {
-				return nil, nil, exitWith(exitLoad, "%s: %s: %s", in.resources[i].object.Source, refs[i], e.GetMessage())
+				return nil, nil, fmt.Errorf("%s: %s: %s", in.resources[i].object.Source, refs[i], e.GetMessage())
 			}
 			outcomes[i].decision, outcomes[i].candidate, outcomes[i].changed = it.GetDecision(), it.GetCandidateDecision(), it.GetChanged()
 			received++
@@ -157,17 +144,17 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 				// does not make them): the workers get a copy.
 				outcomes[i].decision = proto.CloneOf(it.GetDecision())
 			}
-			finished <- i
+			finishing.Put(i)
 		}
 	}
 	if err := <-sendErr; err != nil {
-		return nil, nil, exitWith(exitLoad, "sending to %s: %v", addr, err)
+		return nil, nil, fmt.Errorf("sending to %s: %v", addr, err)
 	}
 	if received != n {
-		return nil, nil, exitWith(exitLoad, "deciding on %s: %d of %d answered", addr, received, n)
+		return nil, nil, fmt.Errorf("deciding on %s: %d of %d answered", addr, received, n)
 	}
 	if whatIf != nil && summary == nil {
-		return nil, nil, exitWith(exitLoad, "deciding on %s: no what-if summary", addr)
+		return nil, nil, fmt.Errorf("deciding on %s: no what-if summary", addr)
 	}
 	return outcomes, summary, nil
 }
@@ -175,30 +162,3 @@ func decideRemote(ctx context.Context, addr string, in *remoteInputs, candidates
 // streamBatch is how many items apply --server sends per DecideStream
 // message.
 const streamBatch = 64
-
-// parallelDo runs fn(0..n-1) on GOMAXPROCS goroutines.
-func parallelDo(n int, fn func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 {
-		for i := 0; i < n; i++ {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	next := make(chan int, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				fn(i)
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-}

@@ -1,14 +1,23 @@
-package server
+// Package convert is the one place engine values and their wire form (the
+// arbiter.v1 messages) are converted, both ways: requests (DecideRequest ↔
+// admission.Request), decisions (engine.Decision → DecideResponse) and results
+// (PolicyResult → PolicyReport results). The server, the CLI's apply and
+// decide, and anything else that speaks the API with the engine use it.
+package convert
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/report"
+	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
@@ -16,6 +25,15 @@ import (
 // evaluation options (the objects' sizes measured while decoding them).
 // Errors name the offending field.
 func RequestFromProto(in *arbiterv1.DecideRequest) (*admission.Request, *engine.EvalOptions, error) {
+	switch in.GetPayload() {
+	case arbiterv1.Payload_PAYLOAD_UNSPECIFIED:
+	case arbiterv1.Payload_PAYLOAD_ENVOY_CHECK_REQUEST:
+		return authzRequestFromProto(in, admission.ShapeEnvoy)
+	case arbiterv1.Payload_PAYLOAD_HTTP_CHECK_REQUEST:
+		return authzRequestFromProto(in, admission.ShapeHTTP)
+	default:
+		return nil, nil, fieldError("payload", fmt.Sprintf("unknown payload %v", in.GetPayload()))
+	}
 	req := &admission.Request{
 		SubResource: in.GetSubResource(),
 		Name:        in.GetName(),
@@ -120,6 +138,27 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*admission.Request, *engine.
 	return req, opts, nil
 }
 
+// authzRequestFromProto converts a DecideRequest whose object is an Envoy
+// or HTTP CheckRequest: only the object is read; one that is not a
+// CheckRequest of its kind is refused, naming the field.
+func authzRequestFromProto(in *arbiterv1.DecideRequest, shape admission.Shape) (*admission.Request, *engine.EvalOptions, error) {
+	field := "object"
+	if len(in.GetObjectJson()) > 0 {
+		field = "object_json"
+	}
+	obj, _, err := objectField("object", in.GetObjectJson(), in.GetObject())
+	if err != nil {
+		return nil, nil, err
+	}
+	if obj == nil {
+		return nil, nil, fieldError(field, "required: the "+shape.String()+" CheckRequest")
+	}
+	if _, _, err := authz.Prepare(shape, obj); err != nil {
+		return nil, nil, fieldError(field, "not a valid "+shape.String()+" CheckRequest: "+err.Error())
+	}
+	return &admission.Request{Object: obj, Shape: shape, Mode: admission.ModeAdmission}, &engine.EvalOptions{}, nil
+}
+
 // objectField decodes an object given as JSON (measuring its sizes) or as
 // a Struct (sizes nil).
 func objectField(name string, raw []byte, s *structpb.Struct) (map[string]any, *manifest.Sizes, error) {
@@ -160,7 +199,8 @@ func normalizeNumbers(v any) any {
 	return v
 }
 
-// FieldError is a request field that is not acceptable.
+// FieldError is a request field that is not acceptable (the server answers
+// it with INVALID_ARGUMENT and a field violation).
 type FieldError struct {
 	Field  string
 	Detail string
@@ -172,7 +212,7 @@ func fieldError(field, detail string) error { return &FieldError{Field: field, D
 
 // ResponseFromDecision converts an engine decision to a DecideResponse.
 func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
-	resp := verdictFromDecision(d)
+	resp := VerdictFromDecision(d)
 	resp.Results = make([]*arbiterv1.PolicyResult, len(d.Results))
 	for i := range d.Results {
 		r := &d.Results[i]
@@ -194,13 +234,17 @@ func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 	return resp
 }
 
-// verdictFromDecision is the DecideResponse of a decision without its
+// VerdictFromDecision is the DecideResponse of a decision without its
 // results.
-func verdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
+func VerdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 	resp := &arbiterv1.DecideResponse{
 		Allowed:          d.Allowed,
 		Warnings:         d.Warnings,
 		AuditAnnotations: d.AuditAnnotations,
+	}
+	if a := d.Authorization; a != nil {
+		resp.AuthorizationResponseJson = a.JSON
+		resp.AuthorizationPolicy = a.Policy
 	}
 	if !d.Allowed {
 		code := d.Code
@@ -210,4 +254,80 @@ func verdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 		resp.Status = &arbiterv1.Status{Code: code, Reason: d.Reason, Message: d.Message}
 	}
 	return resp
+}
+
+// RequestToProto is the DecideRequest of an engine request, its object and
+// old object encoded as JSON.
+func RequestToProto(req *admission.Request) (*arbiterv1.DecideRequest, error) {
+	var object, oldObject []byte
+	var err error
+	if req.Object != nil {
+		if object, err = jsonenc.AppendValue(nil, req.Object); err != nil {
+			return nil, fmt.Errorf("object: %v", err)
+		}
+	}
+	if req.OldObject != nil {
+		if oldObject, err = jsonenc.AppendValue(nil, req.OldObject); err != nil {
+			return nil, fmt.Errorf("old object: %v", err)
+		}
+	}
+	return RequestToProtoJSON(req, object, oldObject), nil
+}
+
+// RequestToProtoJSON is the DecideRequest of req, whose object and old
+// object are given as JSON. Its user is the request's name and groups.
+func RequestToProtoJSON(req *admission.Request, object, oldObject []byte) *arbiterv1.DecideRequest {
+	pr := &arbiterv1.DecideRequest{
+		Kind:          &arbiterv1.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
+		Resource:      &arbiterv1.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
+		SubResource:   req.SubResource,
+		Name:          req.Name,
+		Namespace:     req.Namespace,
+		DryRun:        req.DryRun,
+		UserInfo:      &arbiterv1.UserInfo{Username: req.UserInfo.Username, Groups: req.UserInfo.Groups},
+		ObjectJson:    object,
+		OldObjectJson: oldObject,
+	}
+	switch strings.ToUpper(req.Operation) {
+	case admission.OpUpdate:
+		pr.Operation = arbiterv1.Operation_OPERATION_UPDATE
+	case admission.OpDelete:
+		pr.Operation = arbiterv1.Operation_OPERATION_DELETE
+	case admission.OpConnect:
+		pr.Operation = arbiterv1.Operation_OPERATION_CONNECT
+	default:
+		pr.Operation = arbiterv1.Operation_OPERATION_CREATE
+	}
+	if req.Mode == admission.ModeBackground {
+		pr.Mode = arbiterv1.Mode_MODE_BACKGROUND
+	} else {
+		pr.Mode = arbiterv1.Mode_MODE_ADMISSION
+	}
+	return pr
+}
+
+// NamespaceToProto is a Namespace object as a DecideRequest's
+// namespace_object (RequestFromProto reads it back, integral numbers as
+// int64).
+func NamespaceToProto(ns *manifest.Object) (*structpb.Struct, error) {
+	return structpb.NewStruct(ns.Content)
+}
+
+// ReportResults converts decision results to PolicyReport results.
+func ReportResults(rs []*arbiterv1.PolicyResult) []report.Result {
+	out := make([]report.Result, len(rs))
+	for i, r := range rs {
+		out[i] = report.Result{
+			Policy:     r.GetPolicy(),
+			Rule:       r.GetRule(),
+			Result:     r.GetResult(),
+			Message:    r.GetMessage(),
+			Properties: r.GetProperties(),
+			Source:     r.GetSource(),
+			Scored:     r.GetScored(),
+			Category:   r.GetCategory(),
+			Severity:   r.GetSeverity(),
+		}
+	}
+	return out
 }

@@ -1,0 +1,334 @@
+// Package apply is `arbiter apply`'s batch pipeline: it reads manifests
+// (policies, exceptions, the objects they read, and the resources to
+// evaluate), decides every resource — locally on the compiled policies, or
+// on an Arbiter server through one DecideStream pinned to one revision —
+// and writes the outcome: a table, PolicyReports (JSON or YAML), JUnit XML,
+// or, with what-if candidates, how they change the verdicts. It also holds
+// the manifest reading and request building the CLI's other local
+// commands (decide, push, export) share.
+package apply
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/convert"
+	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	results "github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/report"
+	"github.com/arbiter-pdp/arbiter/internal/parallel"
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
+)
+
+// Options are an apply run's inputs and settings (arbiter apply's flags).
+type Options struct {
+	// Paths are files or folders of manifests: policy objects, the objects
+	// policies read, and resources ("-": standard input).
+	Paths []string
+	// Resources and Exceptions are files or folders of resources to
+	// evaluate and of PolicyExceptions only.
+	Resources, Exceptions []string
+	// Candidates are policy objects tried, with Server, without
+	// committing them.
+	Candidates []string
+	// Server is the address of the Arbiter server that decides (empty:
+	// locally), reached with ClientOptions.
+	Server        string
+	ClientOptions []client.Option
+	// Mode is admission, background or empty (locally: every policy on
+	// every resource; with Server: admission).
+	Mode string
+	// Operation is the admission operation (CREATE, UPDATE, DELETE).
+	Operation string
+	// Output is table, json, yaml or junit.
+	Output string
+	// FailOn is the exit rule: empty (a denial fails the run), fail or
+	// warn (any result of that severity or worse does).
+	FailOn string
+	// Progress is auto, always or never: the progress bar on Stderr.
+	Progress string
+	// Stderr receives warnings and the progress bar (nil: os.Stderr).
+	Stderr io.Writer
+}
+
+// ErrFailed is Run's answer when the run fails by its exit rule (a
+// request would be denied, a result of the FailOn severity, a manifest the
+// candidates would newly deny); its output is written. Any other error
+// means the inputs could not be read or decided.
+var ErrFailed = errors.New("apply: a resource failed")
+
+// outcome is the decision of one resource: what the output and the exit
+// status need of it, kept small (a run may decide many thousands).
+type outcome struct {
+	apiVersion, kind, namespace, name string
+	// decision and candidate are the decisions; once finished, kept only
+	// when the candidates change them (writeWhatIf shows the difference).
+	decision  *arbiterv1.DecideResponse
+	candidate *arbiterv1.DecideResponse
+	changed   bool
+	// The verdict, for the exit status.
+	denied, anyFail, anyWarn bool
+	// report is the outcome's PolicyReport (for -o table, yaml, junit).
+	report report.Report
+}
+
+func newOutcome(res *manifest.Object, namespace string) outcome {
+	return outcome{apiVersion: res.APIVersion, kind: res.Kind, namespace: namespace, name: res.Name}
+}
+
+// Output formats of finish besides apply's -o values: whatIf keeps only
+// what writeWhatIf needs.
+const formatWhatIf = "what-if"
+
+// finisher finishes outcomes for one output, where they are decided: in
+// parallel, while other outcomes are decided. It makes what the output needs
+// of each decision and drops the rest; for -o json it writes the reports
+// as they are ready.
+type finisher struct {
+	format string
+	json   *jsonArrayWriter
+	// results remembers the JSON of report results (-o json).
+	results report.ResultCache
+}
+
+// newFinisher finishes outcomes for format (or formatWhatIf), writing -o
+// json to out.
+func newFinisher(out io.Writer, format string) *finisher {
+	f := &finisher{format: format}
+	if format == "json" {
+		f.json = newJSONArrayWriter(out)
+	}
+	return f
+}
+
+// finish finishes outcome i.
+func (f *finisher) finish(i int, oc *outcome) {
+	if f.json == nil {
+		oc.finish(f.format, nil, nil)
+		return
+	}
+	f.json.put(i, oc.finish(f.format, f.json.buffer(), &f.results))
+}
+
+// finishReport finishes outcome i, answered by the server with its
+// PolicyReport (-o json): the report is written, re-indented as an array
+// element.
+func (f *finisher) finishReport(i int, oc *outcome, js []byte, sum *arbiterv1.ReportSummary) {
+	oc.denied = !oc.decision.GetAllowed()
+	oc.anyFail = sum.GetFail()+sum.GetError() > 0
+	oc.anyWarn = sum.GetWarn() > 0
+	oc.decision, oc.candidate = nil, nil
+	f.json.put(i, appendIndented(f.json.buffer(), js, "  "))
+}
+
+// appendIndented appends JSON with prefix after each of its line breaks
+// (all of them are between tokens: strings hold theirs escaped).
+func appendIndented(dst, js []byte, prefix string) []byte {
+	for {
+		i := bytes.IndexByte(js, '\n')
+		if i < 0 {
+			return append(dst, js...)
+		}
+		dst = append(dst, js[:i+1]...)
+		dst = append(dst, prefix...)
+		js = js[i+1:]
+	}
+}
+
+// finish makes what format needs of the outcome's decision and drops the
+// rest: its report, or (-o json) its report's JSON appended to buf (results
+// seen before taken from cache).
+func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) []byte {
+	oc.denied = !oc.decision.GetAllowed()
+	for _, r := range oc.decision.GetResults() {
+		switch r.GetResult() {
+		case results.Fail, results.Error:
+			oc.anyFail = true
+		case results.Warn:
+			oc.anyWarn = true
+		}
+	}
+	if format == formatWhatIf {
+		if !oc.changed {
+			oc.decision, oc.candidate = nil, nil
+		}
+		return nil
+	}
+	gvk := schema.FromAPIVersionAndKind(oc.apiVersion, oc.kind)
+	rep := report.New(oc.apiVersion, oc.kind, oc.namespace, oc.name,
+		admission.IsNamespaced(gvk.GroupKind()), convert.ReportResults(oc.decision.GetResults()))
+	oc.decision, oc.candidate = nil, nil
+	if format == "json" {
+		return rep.AppendJSONCached(buf, "  ", cache)
+	}
+	oc.report = rep
+	return nil
+}
+
+// Run runs apply with o, writing its output to out; ErrFailed when the
+// run fails by its exit rule.
+func Run(ctx context.Context, out io.Writer, o Options) error {
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if len(o.Paths) == 0 && len(o.Resources) == 0 {
+		return fmt.Errorf("no paths given (see arbiter apply -h)")
+	}
+	switch o.Output {
+	case "table", "json", "yaml", "junit":
+	default:
+		return fmt.Errorf("-o: unknown output %q (table, json, yaml, junit)", o.Output)
+	}
+	switch o.FailOn {
+	case "", "fail", "warn":
+	default:
+		return fmt.Errorf("--fail-on: unknown severity %q (fail, warn)", o.FailOn)
+	}
+	if len(o.Candidates) > 0 && o.Server == "" {
+		return fmt.Errorf("--candidate needs --server (locally, add the objects to the paths)")
+	}
+	dflt := admission.ModeCLI
+	if o.Server != "" {
+		dflt = admission.ModeAdmission
+	}
+	mode, err := ParseMode(o.Mode, dflt)
+	if err != nil {
+		return err
+	}
+	var outcomes []outcome
+	var whatIf *arbiterv1.WhatIfSummary
+	var prog *progress
+	// With -o json the reports are written as they are made (on an error
+	// after the first, the output is cut short: exit status 2 says so).
+	fin := newFinisher(out, o.Output)
+	start := time.Now()
+	if o.Server != "" {
+		read, err := loadInputs(o.Paths, o.Resources, o.Exceptions)
+		if err != nil {
+			return err
+		}
+		in, err := remoteInputsOf(read, o.Operation, mode)
+		if err != nil {
+			return err
+		}
+		// Reading left much garbage (the files, their documents): collect
+		// it now, so the heap goal follows what is kept (the requests)
+		// rather than the peak of reading — the stream then runs in a
+		// smaller heap, with fewer fresh pages to fault in.
+		runtime.GC()
+		// Reading used every core; the stream is a pipeline of small steps
+		// that runs best on one thread (no wake-ups across cores), leaving
+		// the other cores to a server on the same machine: measured on 2
+		// cores, +3% (docs/performance.md). GOMAXPROCS set by the user wins.
+		if os.Getenv("GOMAXPROCS") == "" {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		}
+		candidates, err := ReadObjects(o.Candidates...)
+		if err != nil {
+			return err
+		}
+		if len(candidates) > 0 {
+			fin = newFinisher(out, formatWhatIf)
+		}
+		prog = newProgress(o.Progress, len(in.resources), o.Stderr)
+		start = time.Now()
+		// decideRemote consumes in.
+		outcomes, whatIf, err = decideRemote(ctx, o.Server, o.ClientOptions, in, candidates, prog, fin)
+		if err != nil {
+			return err
+		}
+	} else {
+		in, err := loadInputs(o.Paths, o.Resources, o.Exceptions)
+		if err != nil {
+			return err
+		}
+		if _, err := RequestFor(&manifest.Object{}, o.Operation, mode); err != nil {
+			return err // an unknown --operation
+		}
+		ps, err := Compile(in.objects, engine.Options{}, o.Stderr)
+		if err != nil {
+			return err
+		}
+		prog = newProgress(o.Progress, len(in.resources), o.Stderr)
+		start = time.Now()
+		if outcomes, err = decideLocal(ctx, ps, in.resources, o.Operation, mode, prog, fin); err != nil {
+			return err
+		}
+	}
+	prog.done(time.Since(start))
+	if whatIf != nil {
+		if err := writeWhatIf(out, o.Output, outcomes, whatIf); err != nil {
+			return err
+		}
+		if whatIf.GetNewlyDenied() > 0 {
+			return ErrFailed
+		}
+		return nil
+	}
+	if fin.json != nil {
+		if err := fin.json.close(); err != nil {
+			return err
+		}
+	} else {
+		reports := make([]report.Report, len(outcomes))
+		for i := range outcomes {
+			reports[i] = outcomes[i].report
+		}
+		if err := writeReports(out, o.Output, reports); err != nil {
+			return err
+		}
+	}
+	if failed(outcomes, o.FailOn) {
+		return ErrFailed
+	}
+	return nil
+}
+
+// failed applies the exit rule.
+func failed(outcomes []outcome, failOn string) bool {
+	for _, oc := range outcomes {
+		switch {
+		case failOn == "" && oc.denied,
+			failOn != "" && oc.anyFail,
+			failOn == "warn" && oc.anyWarn:
+			return true
+		}
+	}
+	return false
+}
+
+// decideLocal evaluates every resource on the compiled set, in parallel,
+// decoding each as it goes.
+func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resourceDoc, operation string, mode admission.Mode, prog *progress, fin *finisher) ([]outcome, error) {
+	outcomes := make([]outcome, len(resources))
+	err := parallel.Try(len(resources), func(i int) error {
+		res, sizes, err := resources[i].decoded()
+		if err != nil {
+			return err
+		}
+		req, err := RequestFor(res, operation, mode)
+		if err != nil {
+			return err
+		}
+		outcomes[i] = newOutcome(res, req.Namespace)
+		outcomes[i].decision = convert.ResponseFromDecision(ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes}))
+		fin.finish(i, &outcomes[i])
+		prog.add(1)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}

@@ -1,0 +1,980 @@
+package patch
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"strconv"
+	"strings"
+	"unsafe"
+)
+
+// Op is one RFC 6902 operation. Value is JSON-shaped data, and nil is JSON
+// null: an Op without a "value" member must say so with NoValue{} (a test
+// with no value passes on a missing or null target, a test of null fails
+// there). An empty From is an operation without a "from" member.
+type Op struct {
+	Op, Path, From string
+	Value          any
+}
+
+// NoValue as an Op's Value is the absence of the "value" member (a CEL
+// JSONPatch whose value is unset), as opposed to nil, a JSON null.
+type NoValue struct{}
+
+// ErrPanic is wrapped by the errors of patches on which
+// gopkg.in/evanphx/json-patch.v4 panics (and kube-apiserver fails the request
+// with an internal error).
+var ErrPanic = errors.New("kube-apiserver's JSON Patch implementation fails on this patch")
+
+// ErrNotObject is wrapped by the error of a patch whose result is not an
+// object (a replace of the whole document by an array or null).
+var ErrNotObject = errors.New("the patched document is not an object")
+
+// KubeAPIServerMaxCopyBytes is the limit kube-apiserver sets on the bytes a
+// patch's copy operations may add (its JSONPatchMaxCopyBytes default).
+const KubeAPIServerMaxCopyBytes = 3 * 1024 * 1024
+
+// Options are evanphx's package-level options that differ between the
+// reference implementations.
+type Options struct {
+	// MaxCopyBytes bounds the JSON size of the values a patch's copy
+	// operations add, summed (evanphx's AccumulatedCopySizeLimit); 0 is no
+	// limit, evanphx's default and Kyverno's.
+	MaxCopyBytes int64
+}
+
+// ApplyJSONPatch applies ops to obj with no copy limit (evanphx's defaults,
+// Kyverno's MutatingPolicy). See the package documentation for the
+// semantics. obj and the operations' values are never modified; the result
+// may share their subtrees.
+func ApplyJSONPatch(obj map[string]any, ops []Op) (map[string]any, error) {
+	return Options{}.ApplyJSONPatch(obj, ops)
+}
+
+// ApplyJSONPatch applies ops to obj with the options o.
+func (o Options) ApplyJSONPatch(obj map[string]any, ops []Op) (map[string]any, error) {
+	if len(ops) == 0 {
+		return obj, nil
+	}
+	a := applier{limit: o.MaxCopyBytes}
+	if obj == nil {
+		a.root = rawNull{}
+	} else {
+		a.root = obj
+	}
+	switch err := a.run(ops); err {
+	case nil:
+		return a.root.(map[string]any), nil
+	case errTestFailed:
+		return obj, nil
+	default:
+		return nil, err
+	}
+}
+
+// A Patcher applies JSON Patches in turn to one object, as the mutating
+// policies of one admission request do, each patch with ApplyJSONPatch's
+// semantics on the object the patches before it left. Unlike a chain of
+// ApplyJSONPatch calls, it copies a container of the object once for all
+// the patches, not once per patch. A patch whose test fails, or that fails,
+// leaves the object as it was (its changes are undone).
+//
+// The object it starts from and the operations' values are never modified.
+// The object Object returns is the Patcher's own: it changes with the next
+// Apply. A Patcher is not safe for concurrent use.
+type Patcher struct {
+	a applier
+}
+
+// NewPatcher returns a Patcher starting from obj.
+func NewPatcher(obj map[string]any, o Options) *Patcher {
+	p := &Patcher{a: applier{limit: o.MaxCopyBytes}}
+	p.SetObject(obj)
+	return p
+}
+
+// Object returns the object as the patches applied so far left it.
+func (p *Patcher) Object() map[string]any {
+	m, _ := p.a.root.(map[string]any)
+	return m
+}
+
+// SetObject makes obj the object the next patches apply to (the result of
+// a mutation made otherwise, say). obj is never modified; the Patcher owns
+// none of its containers.
+func (p *Patcher) SetObject(obj map[string]any) {
+	p.a.owned = ownedSet{}
+	p.a.gen = 0
+	if obj == nil {
+		p.a.root = rawNull{}
+	} else {
+		p.a.root = obj
+	}
+}
+
+// Apply applies one patch. It reports whether the patch changed the object:
+// false with a nil error when a test operation failed (the patch is a no-op,
+// as kube-apiserver and Kyverno treat it); false with the error when the
+// patch fails, the object then being as before.
+func (p *Patcher) Apply(ops []Op) (bool, error) {
+	if len(ops) == 0 {
+		return true, nil
+	}
+	a := &p.a
+	a.gen++
+	a.journal = a.journal[:0]
+	a.shared = a.owned.n > 0
+	root := a.root
+	err := a.run(ops)
+	if err == nil {
+		return true, nil
+	}
+	for i := len(a.journal) - 1; i >= 0; i-- {
+		u := &a.journal[i]
+		switch {
+		case u.m != nil && u.existed:
+			u.m[u.k] = u.old
+		case u.m != nil:
+			delete(u.m, u.k)
+		default:
+			u.s[u.i] = u.old
+		}
+	}
+	a.journal = a.journal[:0]
+	a.root = root
+	if err == errTestFailed {
+		return false, nil
+	}
+	return false, err
+}
+
+// run applies ops to a.root: nil with the patched object at a.root, or
+// errTestFailed, or the patch's error.
+func (a *applier) run(ops []Op) error {
+	a.nulls = false
+	a.copied = 0
+	for i := range ops {
+		if err := a.apply(&ops[i]); err != nil {
+			return err
+		}
+	}
+	switch r := a.root.(type) {
+	case map[string]any:
+		if r == nil {
+			break
+		}
+		if a.nulls {
+			a.clean(r)
+		}
+		return nil
+	case []any:
+		if r != nil {
+			return fmt.Errorf("JSON Patch: %w (it is an array)", ErrNotObject)
+		}
+	}
+	return fmt.Errorf("JSON Patch: %w (it is null)", ErrNotObject)
+}
+
+// errTestFailed stands for evanphx's errors wrapping ErrTestFailed: the
+// patch is a no-op.
+var errTestFailed = errors.New("test failed")
+
+// rawNull is a JSON null set by an operation, which evanphx holds as a
+// "null" literal: a path through it finds an empty object that cannot be
+// written to (a nil map), and test compares it as {} (or [] against an
+// array). The nulls of the object itself (and those nested in a value)
+// are nil: no container at all. rawNull only ever appears in containers the
+// applier owns, and the result holds nil in its place.
+type rawNull struct{}
+
+type kind uint8
+
+const (
+	kNull    kind = iota // nil, or a nil map or slice (JSON null)
+	kRawNull             // rawNull
+	kMap
+	kArray
+	kScalar
+)
+
+func kindOf(v any) kind {
+	switch t := v.(type) {
+	case nil:
+		return kNull
+	case map[string]any:
+		if t == nil {
+			return kNull
+		}
+		return kMap
+	case []any:
+		if t == nil {
+			return kNull
+		}
+		return kArray
+	case rawNull:
+		return kRawNull
+	}
+	return kScalar
+}
+
+// applier applies patches. The document is root; the maps and slices in
+// owned were made by the applier, so it may change them in place; every
+// other container (obj's, the values') is copied first. A container owned
+// since an earlier patch (of a Patcher) is journaled before it changes, so
+// that the patch can be undone.
+type applier struct {
+	root    any // map[string]any, []any or rawNull
+	owned   ownedSet
+	gen     uint32 // the patch being applied
+	journal []undo
+	nulls   bool // a rawNull was stored by this patch
+	shared  bool // containers made by earlier patches may be reached from values
+	limit   int64
+	copied  int64
+	buf     []byte
+}
+
+// undo restores a map's key (or deletes it) or a slice's element.
+type undo struct {
+	m       map[string]any
+	s       []any
+	k       string
+	i       int
+	old     any
+	existed bool
+}
+
+// ownedSet holds the identities of the containers the applier made, with
+// the patch that made each: a few inline, the rest in a map.
+type ownedSet struct {
+	n     int
+	small [16]ownedEntry
+	big   map[unsafe.Pointer]uint32
+}
+
+type ownedEntry struct {
+	p   unsafe.Pointer
+	gen uint32
+}
+
+func identity(v any) unsafe.Pointer {
+	switch t := v.(type) {
+	case map[string]any:
+		return reflect.ValueOf(t).UnsafePointer()
+	case []any:
+		if cap(t) == 0 {
+			return nil // never owned: nothing to change in place
+		}
+		return unsafe.Pointer(unsafe.SliceData(t))
+	}
+	return nil
+}
+
+// gen returns the patch that made the container p, if the applier made it.
+func (s *ownedSet) gen(p unsafe.Pointer) (uint32, bool) {
+	if p == nil {
+		return 0, false
+	}
+	for _, o := range s.small[:s.n] {
+		if o.p == p {
+			return o.gen, true
+		}
+	}
+	g, ok := s.big[p]
+	return g, ok
+}
+
+func (s *ownedSet) has(p unsafe.Pointer) bool {
+	_, ok := s.gen(p)
+	return ok
+}
+
+func (s *ownedSet) add(p unsafe.Pointer, gen uint32) {
+	if p == nil {
+		return
+	}
+	if s.n < len(s.small) {
+		s.small[s.n] = ownedEntry{p, gen}
+		s.n++
+		return
+	}
+	if s.big == nil {
+		s.big = make(map[unsafe.Pointer]uint32)
+	}
+	s.big[p] = gen
+}
+
+// made registers a container the applier just made.
+func (a *applier) made(c any) {
+	a.owned.add(identity(c), a.gen)
+}
+
+// old reports whether an owned container was made by an earlier patch, and
+// so must be journaled before it changes.
+func (a *applier) old(c any) bool {
+	if a.gen == 0 {
+		return false
+	}
+	g, _ := a.owned.gen(identity(c))
+	return g < a.gen
+}
+
+// setKey sets m[k] = v in an owned map.
+func (a *applier) setKey(m map[string]any, k string, v any) {
+	if a.old(m) {
+		old, existed := m[k]
+		a.journal = append(a.journal, undo{m: m, k: k, old: old, existed: existed})
+	}
+	m[k] = v
+}
+
+// delKey deletes m[k] from an owned map.
+func (a *applier) delKey(m map[string]any, k string) {
+	if a.old(m) {
+		old, existed := m[k]
+		a.journal = append(a.journal, undo{m: m, k: k, old: old, existed: existed})
+	}
+	delete(m, k)
+}
+
+// setIndex sets s[i] = v in an owned slice.
+func (a *applier) setIndex(s []any, i int, v any) {
+	if a.old(s) {
+		a.journal = append(a.journal, undo{s: s, i: i, old: s[i]})
+	}
+	s[i] = v
+}
+
+// slot is where a container is held: the root, a key of an owned map or an
+// index of an owned array.
+type slot struct {
+	m map[string]any
+	s []any
+	k string
+	i int
+}
+
+func (a *applier) store(sl slot, v any) {
+	switch {
+	case sl.m != nil:
+		a.setKey(sl.m, sl.k, v)
+	case sl.s != nil:
+		a.setIndex(sl.s, sl.i, v)
+	default:
+		a.root = v
+	}
+}
+
+// own returns the container c held at sl, copied into sl first when the
+// applier does not own it.
+func (a *applier) own(c any, sl slot) any {
+	switch t := c.(type) {
+	case map[string]any:
+		if a.owned.has(identity(t)) {
+			return t
+		}
+		m := maps.Clone(t)
+		a.made(m)
+		a.store(sl, m)
+		return m
+	case []any:
+		if a.owned.has(identity(t)) {
+			return t
+		}
+		s := make([]any, len(t))
+		copy(s, t)
+		a.made(s)
+		a.store(sl, s)
+		return s
+	}
+	return c
+}
+
+// value is the node an operation's value becomes in the document: a null is
+// a rawNull, a missing value a nil.
+func (a *applier) value(op *Op) any {
+	switch kindOf(op.Value) {
+	case kNull:
+		a.nulls = true
+		return rawNull{}
+	case kScalar:
+		if _, ok := op.Value.(NoValue); ok {
+			return nil
+		}
+		return op.Value
+	}
+	return a.detach(op.Value)
+}
+
+// detach returns v, or a copy of v where it reaches a container made by an
+// earlier patch of a Patcher: a value computed from the Patcher's object may
+// hold its containers, which must not be reachable twice. The containers of
+// the document that the applier did not make never hold one it made, as
+// values are detached.
+func (a *applier) detach(v any) any {
+	if !a.shared {
+		return v
+	}
+	d, _ := a.detached(v)
+	return d
+}
+
+func (a *applier) detached(v any) (any, bool) {
+	switch t := v.(type) {
+	case map[string]any:
+		var m map[string]any
+		if a.owned.has(identity(t)) {
+			m = maps.Clone(t)
+		}
+		for k, e := range t {
+			if d, changed := a.detached(e); changed {
+				if m == nil {
+					m = maps.Clone(t)
+				}
+				m[k] = d
+			}
+		}
+		if m == nil {
+			return v, false
+		}
+		a.made(m)
+		return m, true
+	case []any:
+		var s []any
+		if a.owned.has(identity(t)) {
+			s = append([]any(nil), t...)
+		}
+		for i, e := range t {
+			if d, changed := a.detached(e); changed {
+				if s == nil {
+					s = append([]any(nil), t...)
+				}
+				s[i] = d
+			}
+		}
+		if s == nil {
+			return v, false
+		}
+		a.made(s)
+		return s, true
+	}
+	return v, false
+}
+
+// path is a JSON Pointer as evanphx's findObject splits it.
+type path struct {
+	rest string // the tokens after the first "/", "/"-separated
+	ok   bool   // the pointer has a "/"
+}
+
+func parsePath(p string) path {
+	i := strings.IndexByte(p, '/')
+	if i < 0 {
+		return path{}
+	}
+	return path{rest: p[i+1:], ok: true}
+}
+
+// next splits off the next token; last reports whether it was the last.
+func (p *path) next() (tok string, last bool) {
+	if i := strings.IndexByte(p.rest, '/'); i >= 0 {
+		tok, p.rest = p.rest[:i], p.rest[i+1:]
+		return tok, false
+	}
+	tok, p.rest = p.rest, ""
+	return tok, true
+}
+
+// unescape decodes a token as evanphx's decodePatchKey (strings.Replacer
+// with "~1"→"/", "~0"→"~", leftmost first).
+func unescape(tok string) string {
+	i := strings.IndexByte(tok, '~')
+	if i < 0 {
+		return tok
+	}
+	var b strings.Builder
+	b.Grow(len(tok))
+	b.WriteString(tok[:i])
+	for ; i < len(tok); i++ {
+		c := tok[i]
+		if c == '~' && i+1 < len(tok) {
+			switch tok[i+1] {
+			case '1':
+				b.WriteByte('/')
+				i++
+				continue
+			case '0':
+				b.WriteByte('~')
+				i++
+				continue
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// index parses an array index as evanphx's partialArray.get: the index
+// adjusted for a negative one, or its error.
+func index(key string, n int) (int, error) {
+	idx, err := strconv.Atoi(key)
+	if err != nil {
+		return 0, err
+	}
+	if idx < 0 {
+		if idx < -n {
+			return 0, invalidIndex(idx)
+		}
+		idx += n
+	}
+	if idx >= n {
+		return 0, invalidIndex(idx)
+	}
+	return idx, nil
+}
+
+func invalidIndex(idx int) error {
+	return fmt.Errorf("Unable to access invalid index: %d: invalid index referenced", idx)
+}
+
+// get is evanphx's container get: a map's (or a rawNull's) missing key is a
+// nil.
+func get(c any, key string) (any, error) {
+	switch t := c.(type) {
+	case map[string]any:
+		return t[key], nil
+	case []any:
+		i, err := index(key, len(t))
+		if err != nil {
+			return nil, err
+		}
+		return t[i], nil
+	}
+	return nil, nil // rawNull
+}
+
+// child steps into the container a token names, as findObject does for
+// every token but the last: nothing when the value is missing, null or a
+// scalar.
+func child(c any, tok string) (v any, sl slot, ok bool) {
+	key := unescape(tok)
+	switch t := c.(type) {
+	case map[string]any:
+		v = t[key]
+		sl = slot{m: t, k: key}
+	case []any:
+		i, err := index(key, len(t))
+		if err != nil {
+			return nil, slot{}, false
+		}
+		v = t[i]
+		sl = slot{s: t, i: i}
+	default:
+		return nil, slot{}, false // rawNull: an empty object
+	}
+	switch kindOf(v) {
+	case kMap, kArray, kRawNull:
+		return v, sl, true
+	}
+	return nil, slot{}, false
+}
+
+// find returns the container that holds the last token of p, and that token
+// unescaped, without changing anything.
+func (a *applier) find(p string) (c any, key string, ok bool) {
+	pp := parsePath(p)
+	if !pp.ok {
+		return nil, "", false
+	}
+	c = a.root
+	for {
+		tok, last := pp.next()
+		if last {
+			return c, unescape(tok), true
+		}
+		if c, _, ok = child(c, tok); !ok {
+			return nil, "", false
+		}
+	}
+}
+
+// findMut is find for a change: the containers on the way are owned (copied
+// when they were not); the last one is returned with its slot, not yet owned.
+func (a *applier) findMut(p string) (c any, sl slot, key string, ok bool) {
+	pp := parsePath(p)
+	if !pp.ok {
+		return nil, slot{}, "", false
+	}
+	c = a.root
+	for {
+		tok, last := pp.next()
+		if last {
+			return c, sl, unescape(tok), true
+		}
+		c = a.own(c, sl)
+		if c, sl, ok = child(c, tok); !ok {
+			return nil, slot{}, "", false
+		}
+	}
+}
+
+// add is evanphx's container add: set a map's key, insert into an array
+// (which becomes a new slice held at sl).
+func (a *applier) add(c any, sl slot, key string, v any) error {
+	switch t := c.(type) {
+	case map[string]any:
+		a.setKey(a.own(t, sl).(map[string]any), key, v)
+		return nil
+	case []any:
+		idx := len(t)
+		if key != "-" {
+			var err error
+			if idx, err = strconv.Atoi(key); err != nil {
+				return fmt.Errorf("value was not a proper array index: '%s': %w", key, err)
+			}
+			n := len(t) + 1
+			if idx >= n {
+				return invalidIndex(idx)
+			}
+			if idx < 0 {
+				if idx < -n {
+					return invalidIndex(idx)
+				}
+				idx += n
+			}
+		}
+		s := make([]any, len(t)+1)
+		copy(s, t[:idx])
+		s[idx] = v
+		copy(s[idx+1:], t[idx:])
+		a.made(s)
+		a.store(sl, s)
+		return nil
+	}
+	return nil // rawNull: the callers fail first
+}
+
+// remove is evanphx's container remove.
+func (a *applier) remove(c any, sl slot, key string) error {
+	switch t := c.(type) {
+	case map[string]any:
+		if _, ok := t[key]; !ok {
+			return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key)
+		}
+		a.delKey(a.own(t, sl).(map[string]any), key)
+		return nil
+	case []any:
+		idx, err := strconv.Atoi(key)
+		if err != nil {
+			return err
+		}
+		if idx >= len(t) {
+			return invalidIndex(idx)
+		}
+		if idx < 0 {
+			if idx < -len(t) {
+				return invalidIndex(idx)
+			}
+			idx += len(t)
+		}
+		s := make([]any, len(t)-1)
+		copy(s, t[:idx])
+		copy(s[idx:], t[idx+1:])
+		a.made(s)
+		a.store(sl, s)
+		return nil
+	}
+	return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key) // rawNull
+}
+
+// nullWrite is the error for a write into a rawNull, where evanphx assigns
+// to a nil map and panics.
+func nullWrite(op, p string) error {
+	return fmt.Errorf("JSON Patch: %s operation does not apply: %s is inside null: %w", op, p, ErrPanic)
+}
+
+func (a *applier) apply(op *Op) error {
+	kind := op.Op
+	if quoteError(kind) != "" {
+		kind = "unknown" // evanphx's Kind() when "op" does not decode
+	}
+	switch kind {
+	case "add":
+		return a.addOp(op)
+	case "remove":
+		return a.removeOp(op)
+	case "replace":
+		return a.replaceOp(op)
+	case "move":
+		return a.moveOp(op)
+	case "test":
+		return a.testOp(op)
+	case "copy":
+		return a.copyOp(op)
+	}
+	return fmt.Errorf("JSON Patch: Unexpected kind: %s", kind)
+}
+
+func (a *applier) addOp(op *Op) error {
+	if quoteError(op.Path) != "" {
+		return errors.New("JSON Patch: add operation failed to decode path: missing value")
+	}
+	c, sl, key, ok := a.findMut(op.Path)
+	if !ok {
+		return fmt.Errorf("JSON Patch: add operation does not apply: doc is missing path: \"%s\": missing value", op.Path)
+	}
+	if kindOf(c) == kRawNull {
+		return nullWrite("add", op.Path)
+	}
+	if err := a.add(c, sl, key, a.value(op)); err != nil {
+		return fmt.Errorf("JSON Patch: error in add for path: '%s': %w", op.Path, err)
+	}
+	return nil
+}
+
+func (a *applier) removeOp(op *Op) error {
+	if quoteError(op.Path) != "" {
+		return errors.New("JSON Patch: remove operation failed to decode path: missing value")
+	}
+	c, sl, key, ok := a.findMut(op.Path)
+	if !ok {
+		return fmt.Errorf("JSON Patch: remove operation does not apply: doc is missing path: \"%s\": missing value", op.Path)
+	}
+	if err := a.remove(c, sl, key); err != nil {
+		return fmt.Errorf("JSON Patch: error in remove for path: '%s': %w", op.Path, err)
+	}
+	return nil
+}
+
+func (a *applier) replaceOp(op *Op) error {
+	if e := quoteError(op.Path); e != "" {
+		return errors.New("JSON Patch: replace operation failed to decode path: " + e)
+	}
+	if op.Path == "" {
+		switch kindOf(op.Value) {
+		case kMap, kArray:
+			a.root = a.detach(op.Value)
+		case kNull:
+			a.root = rawNull{}
+		default:
+			if _, ok := op.Value.(NoValue); ok {
+				return fmt.Errorf("JSON Patch: replace operation has no value to replace the document with: %w", ErrPanic)
+			}
+			return errors.New("JSON Patch: replace operation value must be object or array: %!w(<nil>)")
+		}
+		return nil
+	}
+	c, sl, key, ok := a.findMut(op.Path)
+	if !ok {
+		return fmt.Errorf("JSON Patch: replace operation does not apply: doc is missing path: %s: missing value", op.Path)
+	}
+	switch t := c.(type) {
+	case map[string]any:
+		a.setKey(a.own(t, sl).(map[string]any), key, a.value(op))
+	case []any:
+		i, err := index(key, len(t))
+		if err != nil {
+			return fmt.Errorf("JSON Patch: replace operation does not apply: doc is missing key: %s: missing value", op.Path)
+		}
+		a.setIndex(a.own(t, sl).([]any), i, a.value(op))
+	default:
+		return nullWrite("replace", op.Path)
+	}
+	return nil
+}
+
+// fromError is the error text of a from member that evanphx cannot read, or
+// "".
+func fromError(from string) string {
+	if from == "" {
+		return "operation, missing from field: missing value"
+	}
+	return quoteError(from)
+}
+
+func (a *applier) moveOp(op *Op) error {
+	if e := fromError(op.From); e != "" {
+		return errors.New("JSON Patch: move operation failed to decode from: " + e)
+	}
+	c, sl, key, ok := a.findMut(op.From)
+	if !ok {
+		return fmt.Errorf("JSON Patch: move operation does not apply: doc is missing from path: %s: missing value", op.From)
+	}
+	v, err := get(c, key)
+	if err == nil {
+		err = a.remove(c, sl, key)
+	}
+	if err != nil {
+		return fmt.Errorf("JSON Patch: error in move for path: '%s': %w", key, err)
+	}
+	if e := quoteError(op.Path); e != "" {
+		return errors.New("JSON Patch: move operation failed to decode path: " + e)
+	}
+	c, sl, key, ok = a.findMut(op.Path)
+	if !ok {
+		return fmt.Errorf("JSON Patch: move operation does not apply: doc is missing destination path: %s: missing value", op.Path)
+	}
+	if kindOf(c) == kRawNull {
+		return nullWrite("move", op.Path)
+	}
+	if err := a.add(c, sl, key, v); err != nil {
+		return fmt.Errorf("JSON Patch: error in move for path: '%s': %w", op.Path, err)
+	}
+	return nil
+}
+
+func (a *applier) copyOp(op *Op) error {
+	if e := fromError(op.From); e != "" {
+		return errors.New("JSON Patch: copy operation failed to decode from: " + e)
+	}
+	c, key, ok := a.find(op.From)
+	if !ok {
+		return fmt.Errorf("JSON Patch: copy operation does not apply: doc is missing from path: %s: missing value", op.From)
+	}
+	v, err := get(c, key)
+	if err != nil {
+		return fmt.Errorf("JSON Patch: error in copy for from: '%s': %w", op.From, err)
+	}
+	if quoteError(op.Path) != "" {
+		return errors.New("JSON Patch: copy operation failed to decode path: missing value")
+	}
+	c, sl, key, ok := a.findMut(op.Path)
+	if !ok {
+		return fmt.Errorf("JSON Patch: copy operation does not apply: doc is missing destination path: %s: missing value", op.Path)
+	}
+	if a.limit > 0 {
+		// evanphx counts the JSON size of the copy: a missing or null
+		// value is no bytes, a null set by an operation "null".
+		if kindOf(v) != kNull {
+			b, err := appendJSON(a.buf[:0], v)
+			if err != nil {
+				return fmt.Errorf("JSON Patch: error while performing deep copy: %w", err)
+			}
+			a.buf = b
+			a.copied += int64(len(b))
+		}
+		if a.copied > a.limit {
+			return fmt.Errorf("JSON Patch: Unable to complete the copy, the accumulated size increase of copy is %d, exceeding the limit %d", a.copied, a.limit)
+		}
+	}
+	if kindOf(c) == kRawNull {
+		return nullWrite("copy", op.Path)
+	}
+	if err := a.add(c, sl, key, a.clone(v, true)); err != nil {
+		return fmt.Errorf("JSON Patch: error while adding value during copy: %w", err)
+	}
+	return nil
+}
+
+// clone copies what the applier owns of v, so that the copy and the
+// original do not share a container it may change in place; the rest (the
+// object's and the values' containers, which it never changes) is shared. As
+// evanphx's deep copy (through JSON), a rawNull nested in the copy becomes a
+// nil.
+func (a *applier) clone(v any, top bool) any {
+	switch t := v.(type) {
+	case map[string]any:
+		if !a.owned.has(identity(t)) {
+			return t
+		}
+		m := make(map[string]any, len(t))
+		for k, e := range t {
+			m[k] = a.clone(e, false)
+		}
+		a.made(m)
+		return m
+	case []any:
+		if !a.owned.has(identity(t)) {
+			return t
+		}
+		s := make([]any, len(t))
+		for i, e := range t {
+			s[i] = a.clone(e, false)
+		}
+		a.made(s)
+		return s
+	case rawNull:
+		if top {
+			return t
+		}
+		return nil
+	}
+	return v
+}
+
+// clean replaces the rawNulls of the document by nils: they are all in
+// containers the applier owns (or are the root).
+func (a *applier) clean(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		if a.owned.has(identity(t)) {
+			for k, e := range t {
+				switch kindOf(e) {
+				case kRawNull:
+					t[k] = nil
+				case kMap, kArray:
+					a.clean(e)
+				}
+			}
+		}
+	case []any:
+		if a.owned.has(identity(t)) {
+			for i, e := range t {
+				switch kindOf(e) {
+				case kRawNull:
+					t[i] = nil
+				case kMap, kArray:
+					a.clean(e)
+				}
+			}
+		}
+	}
+	return v
+}
+
+func (a *applier) testOp(op *Op) error {
+	if e := quoteError(op.Path); e != "" {
+		return errors.New("JSON Patch: test operation failed to decode path: " + e)
+	}
+	_, absent := op.Value.(NoValue)
+	want := op.Value
+	if kindOf(want) == kNull {
+		want = rawNull{} // a null value is a "null" literal
+	}
+	if op.Path == "" {
+		if absent {
+			return fmt.Errorf("JSON Patch: test operation has no value to test the document against: %w", ErrPanic)
+		}
+		return a.compare(op.Path, a.root, want)
+	}
+	c, key, ok := a.find(op.Path)
+	if !ok {
+		return fmt.Errorf("JSON Patch: test operation does not apply: is missing path: %s: missing value", op.Path)
+	}
+	v, err := get(c, key)
+	if err != nil {
+		return fmt.Errorf("JSON Patch: error in test for path: '%s': %w", op.Path, err)
+	}
+	if kindOf(v) == kNull {
+		if absent {
+			return nil
+		}
+		return errTestFailed
+	}
+	if absent {
+		return errTestFailed
+	}
+	return a.compare(op.Path, v, want)
+}
+
+func (a *applier) compare(p string, v, want any) error {
+	switch equal(v, want) {
+	case eqTrue:
+		return nil
+	case eqPanic:
+		return fmt.Errorf("JSON Patch: testing value %s compares arrays with a null element: %w", p, ErrPanic)
+	}
+	return errTestFailed
+}

@@ -369,6 +369,15 @@ spec:
 	if infos := ps.MAPInfos(); len(infos) != 2 || infos[0].Name != "first" || infos[1].ReinvocationPolicy != "IfNeeded" {
 		t.Fatalf("infos %+v", infos)
 	}
+	var applicable []string
+	for _, a := range ps.Applicable(context.Background(), configMapRequest(), false, nil) {
+		if a.MAP != nil {
+			applicable = append(applicable, a.Name+":"+strings.Join(a.MAP.Bindings, ","))
+		}
+	}
+	if got := strings.Join(applicable, " "); got != "first:first strip:strip" {
+		t.Fatalf("applicable: %s", got)
+	}
 	d := ps.Evaluate(context.Background(), configMapRequest(), nil)
 	if !d.Allowed {
 		t.Fatalf("denied: %s", d.Message)

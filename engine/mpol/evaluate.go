@@ -3,7 +3,6 @@ package mpol
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 

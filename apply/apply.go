@@ -304,7 +304,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		if _, err := RequestFor(&manifest.Object{}, o.Operation, mode); err != nil {
 			return err // an unknown --operation
 		}
-		ps, err := Compile(in.objects, engine.Options{}, o.Stderr)
+		ps, err := Compile(in.objects, engine.Options{MutateExisting: true}, o.Stderr)
 		if err != nil {
 			return err
 		}

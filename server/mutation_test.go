@@ -93,3 +93,53 @@ func TestDecideMutates(t *testing.T) {
 		t.Fatalf("mutate only: %v", resp)
 	}
 }
+
+const mapFixture = `apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: label-configmaps
+spec:
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  reinvocationPolicy: Never
+  mutations:
+    - patchType: JSONPatch
+      jsonPatch:
+        expression: '[JSONPatch{op: "add", path: "/metadata/labels", value: {"mutated": "yes"}}]'
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: label-configmaps
+spec:
+  policyName: label-configmaps
+`
+
+// TestMutatingAdmissionPolicyOverGRPC: a MutatingAdmissionPolicy with its
+// binding, written to the server, mutates over gRPC and is listed by the
+// query API.
+func TestMutatingAdmissionPolicyOverGRPC(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	if _, err := ts.LoadObjects(ctx, readObjects(t, writeFixture(t, mapFixture))); err != nil {
+		t.Fatal(err)
+	}
+	cm := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"apps"}}`)
+	resp, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.GetAllowed() || len(resp.GetResults()) != 1 || resp.GetResults()[0].GetPolicyKind() != "MutatingAdmissionPolicy" ||
+		string(resp.GetPatch()) != `[{"op":"add","path":"/metadata/labels","value":{"mutated":"yes"}}]` {
+		t.Fatalf("decision: %v (patch %s)", resp, resp.GetPatch())
+	}
+	list, err := ts.c.Query.ListPolicies(ctx, &arbiterv1.ListPoliciesRequest{Kind: "MutatingAdmissionPolicy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetPolicies()) != 1 || list.GetPolicies()[0].GetName() != "label-configmaps" || len(list.GetPolicies()[0].GetBindings()) != 1 ||
+		len(list.GetPolicies()[0].GetManifestJson()) == 0 {
+		t.Fatalf("listed: %v", list.GetPolicies())
+	}
+}

@@ -100,4 +100,8 @@ func PodSecurityLevels() []string {
 
 // ExportVAP expresses each Kyverno ValidatingPolicy of the set as
 // ValidatingAdmissionPolicies with bindings (export.VAP).
-func (ps *PolicySet) ExportVAP(now time.Time) []export.VAPExport { return export.VAP(ps.vpol, now) }
+func (ps *PolicySet) ExportVAP(now time.Time) []export.Export { return export.VAP(ps.vpol, now) }
+
+// ExportMAP expresses each Kyverno MutatingPolicy of the set as
+// MutatingAdmissionPolicies with bindings (export.MAP).
+func (ps *PolicySet) ExportMAP(now time.Time) []export.Export { return export.MAP(ps.mpol, now) }

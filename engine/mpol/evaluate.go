@@ -113,7 +113,11 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 			failures = append(failures, "Policy "+p.Name+": "+r.Message)
 		}
 		if rq.Traced() {
-			rq.Note(p.Key(), "", outcome.PhaseResult, strings.Join(r.Exceptions(), ", "), r.Result+": "+r.Message)
+			note := r.Result + ": " + r.Message
+			if r.Mutated {
+				note += " (the object was mutated)"
+			}
+			rq.Note(p.Key(), "", outcome.PhaseResult, strings.Join(r.Exceptions(), ", "), note)
 		}
 		out.Results = append(out.Results, r)
 	}

@@ -156,6 +156,9 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 	if opts != nil {
 		stages = opts.Stages
 	}
+	if n := ps.resultsHint(req, stages); n > 0 {
+		d.Results = make([]outcome.Result, 0, n)
+	}
 	if stages != ValidateOnly && len(ps.mutators) > 0 && !req.Shape.Authorization() {
 		var reinvoke []func()
 		for _, m := range ps.mutators {
@@ -181,6 +184,23 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 	d.merge()
 	d.Cost = rq.Cost()
 	return d
+}
+
+// resultsHint is how many results the Kyverno kinds may give a request
+// (their policies indexed under its resource), so the results are
+// allocated once.
+func (ps *PolicySet) resultsHint(req *admission.Request, stages Stages) int {
+	if req.Shape.Authorization() {
+		return 0
+	}
+	n := 0
+	if stages != ValidateOnly {
+		n += ps.mpol.Candidates(req.Resource.Resource)
+	}
+	if stages != MutateOnly && ps.vpol != nil {
+		n += ps.vpol.Candidates(req.Resource.Resource)
+	}
+	return n
 }
 
 // sameObject says whether a and b are the same object (not merely equal).

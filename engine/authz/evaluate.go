@@ -33,9 +33,7 @@ func (v *verdict) responded() bool { return v.envoy != nil || v.http != nil || v
 func (s *Set) Evaluate(rq *celeval.Request, prepErr error, out *outcome.Outcome) {
 	shape := rq.Attributes().Shape
 	pols := s.byMode[shape]
-	if len(pols) > 0 && out.Results == nil {
-		out.Results = make([]outcome.Result, 0, len(pols))
-	}
+	out.Reserve(len(pols))
 	var decided *Policy
 	var decision verdict
 	for _, p := range pols {

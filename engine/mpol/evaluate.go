@@ -73,7 +73,9 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 	background := req.Mode == admission.ModeBackground
 	original := rq.Object()
 	var failures []string
-	for _, e := range s.byResource.Candidates(req.Resource.Resource) {
+	cands := s.byResource.Candidates(req.Resource.Resource)
+	out.Reserve(len(cands))
+	for _, e := range cands {
 		p := e.policy
 		if !applies(p, req) {
 			continue

@@ -47,6 +47,15 @@ func NewSet(policies []*Policy, bounds []*exception.Bound, apply Applier) *Set {
 	return s
 }
 
+// Candidates returns how many policies may apply to a resource: at most
+// that many results.
+func (s *Set) Candidates(resource string) int {
+	if s.Empty() {
+		return 0
+	}
+	return len(s.byResource.Candidates(resource))
+}
+
 // Empty says whether the set has no policy.
 func (s *Set) Empty() bool { return s == nil || len(s.entries) == 0 }
 

@@ -5,7 +5,10 @@
 // of the kinds into one decision. It is a leaf of the engine.
 package outcome
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Result words, as in wgpolicyk8s.io PolicyReports.
 const (
@@ -131,6 +134,14 @@ type Outcome struct {
 	message strings.Builder
 	denials []denial
 	buf     [8]denial
+}
+
+// Reserve makes room for n more results, so a kind that may add up to n
+// grows the results once.
+func (o *Outcome) Reserve(n int) {
+	if n > cap(o.Results)-len(o.Results) {
+		o.Results = slices.Grow(o.Results, n)
+	}
 }
 
 // Authorization is the answer to an authorization request, as the Kyverno

@@ -63,9 +63,7 @@ func (s *Set) Evaluate(rq *celeval.Request, out *outcome.Outcome) {
 	if len(cands) == 0 {
 		return
 	}
-	if out.Results == nil {
-		out.Results = make([]outcome.Result, 0, len(cands))
-	}
+	out.Reserve(len(cands))
 	var infoBuf [16]resultInfo
 	infos := infoBuf[:0]
 	for _, e := range cands {

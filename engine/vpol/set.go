@@ -99,3 +99,7 @@ func (s *Set) index() {
 // candidates returns, in evaluation order, the entries that may match a
 // request on resource.
 func (s *Set) candidates(resource string) []*entry { return s.byResource.Candidates(resource) }
+
+// Candidates returns how many policies may apply to a resource: at most
+// that many results (the engine sizes a decision's results with it).
+func (s *Set) Candidates(resource string) int { return len(s.byResource.Candidates(resource)) }

@@ -53,13 +53,20 @@ func BenchmarkApply10k(b *testing.B) {
 	const n = 10_000
 	manifests := writeManifests(b, n)
 	policies := "../deploy/examples/pod-security"
+	// The ten MutatingPolicies of the engine's mutation benchmark (labels,
+	// annotations, defaulted security contexts, a volume), run before the
+	// Pod Security policies; -o json then writes each mutated resource too.
+	mutations := "../engine/testdata/bench/mutating"
 	primary := startPrimary(b, "--load", policies, "--log-level", "warn")
+	mutating := startPrimary(b, "--load", policies, "--load", mutations, "--log-level", "warn")
 	for _, c := range []struct {
 		name string
 		args []string
 	}{
 		{"server", []string{"apply", "--server", primary.addr, "-o", "json", manifests}},
 		{"local", []string{"apply", "-o", "json", policies, manifests}},
+		{"server+10mutations", []string{"apply", "--server", mutating.addr, "-o", "json", manifests}},
+		{"local+10mutations", []string{"apply", "-o", "json", policies, mutations, manifests}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var total time.Duration

@@ -11,6 +11,7 @@ package apply
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"runtime"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/client"
@@ -27,6 +29,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	results "github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/report"
+	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	"github.com/arbiter-pdp/arbiter/internal/parallel"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
@@ -81,6 +84,10 @@ type outcome struct {
 	denied, anyFail, anyWarn bool
 	// report is the outcome's PolicyReport (for -o table, yaml, junit).
 	report report.Report
+	// object is the resource as JSON, kept (-o json, yaml, with --server)
+	// until the decision says whether it was mutated; admitted is the
+	// resource as the mutations left it (-o json, yaml), when they did.
+	object, admitted []byte
 }
 
 func newOutcome(res *manifest.Object, namespace string) outcome {
@@ -128,8 +135,40 @@ func (f *finisher) finishReport(i int, oc *outcome, js []byte, sum *arbiterv1.Re
 	oc.denied = !oc.decision.GetAllowed()
 	oc.anyFail = sum.GetFail()+sum.GetError() > 0
 	oc.anyWarn = sum.GetWarn() > 0
+	oc.applyPatch()
 	oc.decision, oc.candidate = nil, nil
-	f.json.put(i, appendIndented(f.json.buffer(), js, "  "))
+	buf := oc.appendAdmitted(f.json.buffer())
+	f.json.put(i, appendIndented(buf, js, "  "))
+}
+
+// applyPatch makes the admitted resource of a decision that mutated it
+// (--server: the patch applied to the resource's JSON).
+func (oc *outcome) applyPatch() {
+	if p := oc.decision.GetPatch(); len(p) > 0 && oc.admitted == nil && oc.object != nil {
+		if ops, err := jsonpatch.DecodePatch(p); err == nil {
+			oc.admitted, _ = ops.Apply(oc.object)
+		}
+	}
+	oc.object = nil
+}
+
+// appendAdmitted appends the admitted resource of a mutated outcome as an
+// element of the -o json array, before its report.
+func (oc *outcome) appendAdmitted(buf []byte) []byte {
+	if oc.admitted == nil {
+		return buf
+	}
+	var v any
+	if json.Unmarshal(oc.admitted, &v) != nil {
+		return buf
+	}
+	b, err := json.MarshalIndent(v, "  ", "  ")
+	if err != nil {
+		return buf
+	}
+	buf = append(buf, b...)
+	oc.admitted = nil
+	return append(buf, ",\n  "...)
 }
 
 // appendIndented appends JSON with prefix after each of its line breaks
@@ -159,6 +198,7 @@ func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) 
 			oc.anyWarn = true
 		}
 	}
+	oc.applyPatch()
 	if format == formatWhatIf {
 		if !oc.changed {
 			oc.decision, oc.candidate = nil, nil
@@ -168,9 +208,17 @@ func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) 
 	gvk := schema.FromAPIVersionAndKind(oc.apiVersion, oc.kind)
 	rep := report.New(oc.apiVersion, oc.kind, oc.namespace, oc.name,
 		admission.IsNamespaced(gvk.GroupKind()), convert.ReportResults(oc.decision.GetResults()))
+	if format == "table" {
+		// The table says which policies mutated the resource.
+		for i, r := range oc.decision.GetResults() {
+			if r.GetMutated() {
+				rep.Results[i].Message = "mutated"
+			}
+		}
+	}
 	oc.decision, oc.candidate = nil, nil
 	if format == "json" {
-		return rep.AppendJSONCached(buf, "  ", cache)
+		return rep.AppendJSONCached(oc.appendAdmitted(buf), "  ", cache)
 	}
 	oc.report = rep
 	return nil
@@ -256,7 +304,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		if _, err := RequestFor(&manifest.Object{}, o.Operation, mode); err != nil {
 			return err // an unknown --operation
 		}
-		ps, err := Compile(in.objects, engine.Options{}, o.Stderr)
+		ps, err := Compile(in.objects, engine.Options{MutateExisting: true}, o.Stderr)
 		if err != nil {
 			return err
 		}
@@ -282,10 +330,11 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		}
 	} else {
 		reports := make([]report.Report, len(outcomes))
+		admitted := make([][]byte, len(outcomes))
 		for i := range outcomes {
-			reports[i] = outcomes[i].report
+			reports[i], admitted[i] = outcomes[i].report, outcomes[i].admitted
 		}
-		if err := writeReports(out, o.Output, reports); err != nil {
+		if err := writeReports(out, o.Output, reports, admitted); err != nil {
 			return err
 		}
 	}
@@ -322,7 +371,11 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resource
 			return err
 		}
 		outcomes[i] = newOutcome(res, req.Namespace)
-		outcomes[i].decision = convert.ResponseFromDecision(ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes}))
+		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes})
+		outcomes[i].decision = convert.ResponseFromDecision(d)
+		if d.Mutated != nil && (fin.format == "json" || fin.format == "yaml") {
+			outcomes[i].admitted, _ = jsonenc.AppendValue(nil, d.Mutated)
+		}
 		fin.finish(i, &outcomes[i])
 		prog.add(1)
 		return nil

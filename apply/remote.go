@@ -53,6 +53,11 @@ func decideRemote(ctx context.Context, addr string, opts []client.Option, in *re
 	for i, res := range in.resources {
 		outcomes[i] = newOutcome(res.object, res.request.GetNamespace())
 		refs[i] = res.object.Ref()
+		if fin.format == "json" || fin.format == "yaml" {
+			// The resource as it would be admitted is the server's patch
+			// applied to it.
+			outcomes[i].object = res.request.GetObjectJson()
+		}
 	}
 	sendErr := make(chan error, 1)
 	go func() {

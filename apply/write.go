@@ -17,11 +17,22 @@ import (
 	"github.com/arbiter-pdp/arbiter/whatif"
 )
 
-func writeReports(out io.Writer, format string, reports []report.Report) error {
+// writeReports writes the reports (-o table, yaml, junit); with -o yaml,
+// the resource as it would be admitted (admitted[i], JSON) comes before
+// the report of each resource the mutations changed.
+func writeReports(out io.Writer, format string, reports []report.Report, admitted [][]byte) error {
 	switch format {
 	case "yaml":
 		for i, r := range reports {
 			if i > 0 {
+				fmt.Fprintln(out, "---")
+			}
+			if i < len(admitted) && admitted[i] != nil {
+				b, err := yaml.JSONToYAML(admitted[i])
+				if err != nil {
+					return err
+				}
+				out.Write(b)
 				fmt.Fprintln(out, "---")
 			}
 			b, err := yaml.Marshal(r)

@@ -239,6 +239,7 @@ func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 			Scored:     r.Scored,
 			Category:   r.Category,
 			Severity:   r.Severity,
+			Mutated:    r.Mutated,
 		}
 	}
 	return resp

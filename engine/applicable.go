@@ -6,6 +6,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
@@ -30,6 +31,8 @@ type Applicable struct {
 	// VAP is set for a ValidatingAdmissionPolicy: its bindings are those
 	// whose matchResources select the request.
 	VAP *vap.Info
+	// MAP is set for a MutatingAdmissionPolicy (its bindings as VAP's).
+	MAP *mapol.Info
 	// PodSecurity is set for a Pod Security level: the level as it applies
 	// to the request — the modes and versions of the request's namespace,
 	// their actions and resources.

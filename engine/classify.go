@@ -4,6 +4,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
 )
@@ -38,6 +39,10 @@ const (
 	ClassAuthzPolicy
 	// ClassMutatingPolicy is a MutatingPolicy or NamespacedMutatingPolicy.
 	ClassMutatingPolicy
+	// ClassMAP is a Kubernetes MutatingAdmissionPolicy.
+	ClassMAP
+	// ClassMAPBinding is a MutatingAdmissionPolicyBinding.
+	ClassMAPBinding
 )
 
 // unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
@@ -80,20 +85,31 @@ func Classify(o *manifest.Object) Class {
 	} else if isBinding {
 		return ClassVAPBinding
 	}
+	if isPolicy, isBinding := mapol.Classify(o); isPolicy {
+		return ClassMAP
+	} else if isBinding {
+		return ClassMAPBinding
+	}
 	return ClassResource
 }
 
 // ParamObjects returns which of objs are params of a
-// ValidatingAdmissionPolicy among objs: objects (not policies, exceptions
-// or Namespaces) whose apiVersion and kind are some policy's paramKind.
-// Params are stored and consulted, not evaluated as resources.
+// ValidatingAdmissionPolicy or MutatingAdmissionPolicy among objs: objects
+// (not policies, exceptions or Namespaces) whose apiVersion and kind are
+// some policy's paramKind. Params are stored and consulted, not evaluated
+// as resources.
 func ParamObjects(objs []*manifest.Object) map[*manifest.Object]bool {
 	kinds := map[[2]string]bool{}
 	for _, o := range objs {
-		if Classify(o) != ClassVAP {
-			continue
+		var apiVersion, kind string
+		var ok bool
+		switch Classify(o) {
+		case ClassVAP:
+			apiVersion, kind, ok = vap.ParamKindOf(o)
+		case ClassMAP:
+			apiVersion, kind, ok = mapol.ParamKindOf(o)
 		}
-		if apiVersion, kind, ok := vap.ParamKindOf(o); ok {
+		if ok {
 			kinds[[2]string{apiVersion, kind}] = true
 		}
 	}

@@ -8,10 +8,12 @@ import (
 	k8sschema "k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/admissionpolicy"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/schema"
@@ -31,6 +33,7 @@ type Compiler struct {
 	policies   map[string]cachedPolicy
 	exceptions map[string]cachedException
 	vap        vap.Cache
+	mapol      mapol.Cache
 	authz      map[string]cachedAuthz
 	// indexes are the exception indexes of the last compilation, by
 	// policy: a policy whose exceptions are the same (compiled) ones
@@ -107,7 +110,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
-	var vapObjs, others, psaObjs, authzObjs []*manifest.Object
+	var vapObjs, mapObjs, others, psaObjs, authzObjs []*manifest.Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -144,6 +147,13 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			} else {
 				seen[id] = true
 				vapObjs = append(vapObjs, o)
+			}
+		case ClassMAP, ClassMAPBinding:
+			if id := o.ID(); seen[id] {
+				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
+			} else {
+				seen[id] = true
+				mapObjs = append(mapObjs, o)
 			}
 		case ClassAuthzPolicy:
 			if id := o.ID(); seen[id] {
@@ -206,6 +216,22 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	c.mu.Unlock()
 	var kindErrs manifest.LoadErrors
 	ps.vap, kindErrs = c.vap.Compile(vapObjs, others, ps.namespaces, admission.IsNamespaced)
+	errs = append(errs, kindErrs...)
+	// Both mutating kinds merge apply configurations with the schemas of
+	// the built-in kinds and of the set's CustomResourceDefinitions.
+	var applier *applier
+	if len(mpols) > 0 || len(mapObjs) > 0 {
+		a, err := newApplier(others)
+		if err != nil {
+			return nil, err
+		}
+		applier = a
+	}
+	mapOpts := mapol.Options{Options: admissionpolicy.Options{Namespaced: admission.IsNamespaced}}
+	if applier != nil {
+		mapOpts.Applier = applier
+	}
+	ps.mapol, kindErrs = c.mapol.Compile(mapObjs, others, ps.namespaces, mapOpts)
 	errs = append(errs, kindErrs...)
 	ps.psa, kindErrs = psa.Compile(psaObjs)
 	errs = append(errs, kindErrs...)
@@ -274,15 +300,11 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	c.indexes = indexes
 	c.mu.Unlock()
 	ps.vpol = vpol.NewSet(pols, bounds)
-	var applier mpol.Applier
-	if len(mpols) > 0 {
-		a, err := newApplier(others)
-		if err != nil {
-			return nil, err
-		}
-		applier = a
+	var mpolApplier mpol.Applier
+	if applier != nil {
+		mpolApplier = applier
 	}
-	ps.mpol = mpol.NewSet(mpols, mbounds, applier)
+	ps.mpol = mpol.NewSet(mpols, mbounds, mpolApplier)
 	if !opts.KeepOrder {
 		sort.SliceStable(authzPols, func(i, j int) bool { return authzPols[i].Name < authzPols[j].Name })
 	}
@@ -360,6 +382,7 @@ func (c *Compiler) Forget(keep map[string]bool) {
 		}
 	}
 	c.vap.Forget(keep)
+	c.mapol.Forget(keep)
 }
 
 // PolicySet is an immutable, compiled set of policies of every kind with
@@ -369,6 +392,7 @@ type PolicySet struct {
 	vpol       *vpol.Set
 	mpol       *mpol.Set
 	vap        *vap.Set
+	mapol      *mapol.Set
 	psa        *psa.Set
 	authz      *authz.Set
 	exceptions []*exception.Exception
@@ -396,6 +420,11 @@ func (ps *PolicySet) finish() {
 		if n > 1 {
 			ps.shared[k] = true
 		}
+	}
+	// kube-apiserver runs MutatingAdmissionPolicies before the mutating
+	// webhooks (Kyverno's among them).
+	if !ps.mapol.Empty() {
+		ps.mutators = append(ps.mutators, mapolKind{ps.mapol})
 	}
 	if !ps.mpol.Empty() {
 		ps.mutators = append(ps.mutators, mpolKind{ps.mpol})
@@ -442,7 +471,7 @@ func newApplier(objs []*manifest.Object) (*applier, error) {
 	return &applier{schemas: s}, nil
 }
 
-// Apply implements mpol.Applier.
+// Apply implements mpol.Applier and mapol.Applier.
 func (a *applier) Apply(obj, applyConfiguration map[string]any, allowAtomic bool) (map[string]any, error) {
 	apiVersion, _ := obj["apiVersion"].(string)
 	kind, _ := obj["kind"].(string)

@@ -10,6 +10,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/patch"
@@ -90,8 +91,10 @@ type Decision struct {
 type mutator interface {
 	// mutate applies the kind's mutations to the request's object as
 	// mutated so far (rq.Object(), which it updates), adding its results
-	// and denials to out.
-	mutate(rq *celeval.Request, out *outcome.Outcome)
+	// and denials to out. It returns what runs once every mutating kind
+	// has (kube-apiserver's reinvocation of the in-tree plugins that ask
+	// for it), or nil.
+	mutate(rq *celeval.Request, out *outcome.Outcome) (reinvoke func())
 	// applicable appends the kind's policies that apply to the request.
 	applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable
 }
@@ -128,9 +131,11 @@ func (ps *PolicySet) newRequest(ctx context.Context, req *admission.Request, opt
 }
 
 // Evaluate decides a request: the mutating kinds in admission order
-// (Kyverno MutatingPolicies), each mutation applied to the object as the
-// previous ones left it; then the validating kinds in admission order
-// (Kyverno ValidatingPolicies, ValidatingAdmissionPolicies, Pod Security)
+// (MutatingAdmissionPolicies, then Kyverno MutatingPolicies, then the
+// reinvocation of the MutatingAdmissionPolicies that ask for it), each
+// mutation applied to the object as the previous ones left it; then the
+// validating kinds in admission order (Kyverno ValidatingPolicies,
+// ValidatingAdmissionPolicies, Pod Security)
 // on the mutated object; then one merge of their outcomes into the
 // decision. It never fails: problems evaluating a policy become `error`
 // results; a request whose context is done stops being evaluated (the
@@ -151,9 +156,15 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 	if opts != nil {
 		stages = opts.Stages
 	}
-	if stages != ValidateOnly && len(ps.mutators) > 0 && req.Object != nil && !req.Shape.Authorization() {
+	if stages != ValidateOnly && len(ps.mutators) > 0 && !req.Shape.Authorization() {
+		var reinvoke []func()
 		for _, m := range ps.mutators {
-			m.mutate(rq, &d.Outcome)
+			if f := m.mutate(rq, &d.Outcome); f != nil {
+				reinvoke = append(reinvoke, f)
+			}
+		}
+		for _, f := range reinvoke {
+			f()
 		}
 		if obj := rq.Object(); !sameObject(obj, req.Object) {
 			d.Mutated, d.original = obj, req.Object
@@ -220,9 +231,31 @@ func (d *Decision) merge() {
 
 // The mutating kinds.
 
+type mapolKind struct{ set *mapol.Set }
+
+func (k mapolKind) mutate(rq *celeval.Request, out *outcome.Outcome) func() {
+	if r := k.set.Mutate(rq, out); r != nil {
+		return func() { r.Reinvoke(rq) }
+	}
+	return nil
+}
+
+func (k mapolKind) applicable(rq *celeval.Request, _ bool, out []Applicable) []Applicable {
+	for _, info := range k.set.Applicable(rq.Context(), rq.Attributes()) {
+		info := info
+		out = append(out, Applicable{Kind: mapol.KindPolicy, Name: info.Name, MAP: &info})
+	}
+	return out
+}
+
 type mpolKind struct{ set *mpol.Set }
 
-func (k mpolKind) mutate(rq *celeval.Request, out *outcome.Outcome) { k.set.Mutate(rq, out) }
+func (k mpolKind) mutate(rq *celeval.Request, out *outcome.Outcome) func() {
+	if rq.Object() != nil {
+		k.set.Mutate(rq, out)
+	}
+	return nil
+}
 
 func (k mpolKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable {
 	for _, a := range k.set.Applicable(rq, evaluate) {

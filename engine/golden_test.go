@@ -1,8 +1,8 @@
 package engine_test
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"

@@ -7,6 +7,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/export"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
 	"github.com/arbiter-pdp/arbiter/engine/vap"
@@ -57,11 +58,16 @@ func (ps *PolicySet) HasPolicy(kind, name string) bool {
 }
 
 // IsParam says whether o is one of the set's params (an object of a kind a
-// ValidatingAdmissionPolicy's paramKind names).
-func (ps *PolicySet) IsParam(o *manifest.Object) bool { return ps.vap.IsParam(o) }
+// ValidatingAdmissionPolicy's or MutatingAdmissionPolicy's paramKind names).
+func (ps *PolicySet) IsParam(o *manifest.Object) bool {
+	return ps.vap.IsParam(o) || ps.mapol.IsParam(o)
+}
 
 // VAPInfos describes the set's ValidatingAdmissionPolicies, by name.
 func (ps *PolicySet) VAPInfos() []vap.Info { return ps.vap.Infos() }
+
+// MAPInfos describes the set's MutatingAdmissionPolicies, by name.
+func (ps *PolicySet) MAPInfos() []mapol.Info { return ps.mapol.Infos() }
 
 // PodSecurityConfiguration returns the set's PodSecurityConfiguration
 // object (nil when it has none and the defaults apply).
@@ -94,4 +100,8 @@ func PodSecurityLevels() []string {
 
 // ExportVAP expresses each Kyverno ValidatingPolicy of the set as
 // ValidatingAdmissionPolicies with bindings (export.VAP).
-func (ps *PolicySet) ExportVAP(now time.Time) []export.VAPExport { return export.VAP(ps.vpol, now) }
+func (ps *PolicySet) ExportVAP(now time.Time) []export.Export { return export.VAP(ps.vpol, now) }
+
+// ExportMAP expresses each Kyverno MutatingPolicy of the set as
+// MutatingAdmissionPolicies with bindings (export.MAP).
+func (ps *PolicySet) ExportMAP(now time.Time) []export.Export { return export.MAP(ps.mpol, now) }

@@ -15,6 +15,8 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	manifestpkg "github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
@@ -63,6 +65,14 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 			}
 		}
 	}
+	if in.GetNamespace() == "" && in.GetAction() == "" && (in.GetKind() == "" || in.GetKind() == mapol.KindPolicy) {
+		for _, v := range snap.Set.MAPInfos() {
+			info := s.mapInfo(snap, v, !in.GetWithoutManifests())
+			if sel == nil || sel.Matches(labels.Set(info.Labels)) {
+				resp.Policies = append(resp.Policies, info)
+			}
+		}
+	}
 	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == vap.KindPolicy) {
 		for _, v := range snap.Set.VAPInfos() {
 			info := s.vapInfo(snap, v, !in.GetWithoutManifests())
@@ -94,7 +104,7 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 // filter: Kyverno policies, ValidatingAdmissionPolicies and Pod Security
 // levels.
 func policyCount(set *engine.PolicySet) int {
-	return len(set.Policies()) + len(set.MutatingPolicies()) + len(set.AuthzPolicies()) + len(set.VAPInfos()) + len(set.PodSecurityInfos())
+	return len(set.Policies()) + len(set.MutatingPolicies()) + len(set.AuthzPolicies()) + len(set.VAPInfos()) + len(set.MAPInfos()) + len(set.PodSecurityInfos())
 }
 
 // authzPolicyInfo describes an authorization policy (a ValidatingPolicy
@@ -234,6 +244,13 @@ func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyR
 			}
 		}
 	}
+	if kind == mapol.KindPolicy {
+		for _, v := range snap.Set.MAPInfos() {
+			if v.Name == in.GetName() {
+				return &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.mapInfo(snap, v, true)}, nil
+			}
+		}
+	}
 	if kind == vap.KindPolicy {
 		for _, v := range snap.Set.VAPInfos() {
 			if v.Name == in.GetName() {
@@ -332,6 +349,8 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 			ap.Policy = s.vapInfo(snap, *a.VAP, false)
 		case a.MutatingPolicy != nil:
 			ap.Policy = s.mutatingPolicyInfo(snap, a.MutatingPolicy, false)
+		case a.MAP != nil:
+			ap.Policy = s.mapInfo(snap, *a.MAP, false)
 		default:
 			ap.Policy = s.policyInfo(snap, a.Policy, false)
 		}
@@ -383,6 +402,24 @@ func (s *Server) policyInfo(snap *Snapshot, p *vpol.Policy, manifest bool) *arbi
 	}
 	if manifest {
 		info.ManifestJson = s.manifest(snap, store.Key{Group: kyvernoapi.Group, Kind: p.Kind, Namespace: p.Namespace, Name: p.Name})
+	}
+	return info
+}
+
+// mapInfo describes a MutatingAdmissionPolicy: no validation actions; its
+// labels and annotations are its manifest's.
+func (s *Server) mapInfo(snap *Snapshot, v mapol.Info, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{
+		Kind: mapol.KindPolicy, Name: v.Name, Resources: v.Resources,
+		AdmissionEnabled: len(v.Bindings) > 0, Bindings: v.Bindings, ParamKind: v.ParamKind,
+	}
+	k := store.Key{Group: mapol.Group, Kind: mapol.KindPolicy, Name: v.Name}
+	if o, ok := snap.Object(k); ok {
+		info.Labels = manifestpkg.MetadataStrings(o.Content, "labels")
+		info.Annotations = manifestpkg.MetadataStrings(o.Content, "annotations")
+		if manifest {
+			info.ManifestJson, _ = json.Marshal(o.Content)
+		}
 	}
 	return info
 }

@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
@@ -91,5 +93,150 @@ func TestDecideMutates(t *testing.T) {
 	}
 	if !resp.GetAllowed() || len(resp.GetPatch()) == 0 || len(resp.GetResults()) != 1 || resp.GetResults()[0].GetPolicy() != "add-team" {
 		t.Fatalf("mutate only: %v", resp)
+	}
+}
+
+const mapFixture = `apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: label-configmaps
+spec:
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  reinvocationPolicy: Never
+  mutations:
+    - patchType: JSONPatch
+      jsonPatch:
+        expression: '[JSONPatch{op: "add", path: "/metadata/labels", value: {"mutated": "yes"}}]'
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: label-configmaps
+spec:
+  policyName: label-configmaps
+`
+
+// TestMutatingAdmissionPolicyOverGRPC: a MutatingAdmissionPolicy with its
+// binding, written to the server, mutates over gRPC and is listed by the
+// query API.
+func TestMutatingAdmissionPolicyOverGRPC(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	if _, err := ts.LoadObjects(ctx, readObjects(t, writeFixture(t, mapFixture))); err != nil {
+		t.Fatal(err)
+	}
+	cm := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"apps"}}`)
+	resp, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.GetAllowed() || len(resp.GetResults()) != 1 || resp.GetResults()[0].GetPolicyKind() != "MutatingAdmissionPolicy" ||
+		string(resp.GetPatch()) != `[{"op":"add","path":"/metadata/labels","value":{"mutated":"yes"}}]` {
+		t.Fatalf("decision: %v (patch %s)", resp, resp.GetPatch())
+	}
+	list, err := ts.c.Query.ListPolicies(ctx, &arbiterv1.ListPoliciesRequest{Kind: "MutatingAdmissionPolicy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetPolicies()) != 1 || list.GetPolicies()[0].GetName() != "label-configmaps" || len(list.GetPolicies()[0].GetBindings()) != 1 ||
+		len(list.GetPolicies()[0].GetManifestJson()) == 0 {
+		t.Fatalf("listed: %v", list.GetPolicies())
+	}
+}
+
+// TestMutationExceptionsAtRevisions: a PolicyException written at a later
+// revision skips a MutatingPolicy from exactly that revision on (no patch,
+// the result "skip" naming the exception, so the validation that needed
+// the mutation denies), Explain says which exception skipped which
+// mutation, and an expired exception no longer skips it.
+func TestMutationExceptionsAtRevisions(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	write := func(yamlText string) uint64 {
+		t.Helper()
+		var changes []*arbiterv1.Change
+		for _, o := range readObjects(t, writeFixture(t, yamlText)) {
+			b, err := json.Marshal(o.Content)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changes = append(changes, &arbiterv1.Change{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: b})
+		}
+		ack, err := ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: changes})
+		if err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		return ack.GetRevision()
+	}
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"apps"},"spec":{"containers":[{"name":"app","image":"nginx"}]}}`)
+	decide := func(rev uint64) *arbiterv1.DecideResponse {
+		t.Helper()
+		resp, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: pod, MinRevision: rev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetRevision() < rev {
+			t.Fatalf("decided at revision %d, asked for at least %d", resp.GetRevision(), rev)
+		}
+		return resp
+	}
+	exceptionAt := func(expires string) string {
+		return `apiVersion: policies.kyverno.io/v1
+kind: PolicyException
+metadata: {name: web-keeps-its-labels, namespace: apps}
+spec:
+  expiresAt: "` + expires + `"
+  policyRefs: [{name: add-team, kind: MutatingPolicy}]
+  matchConditions:
+    - {name: is-web, expression: "object.metadata.name == 'web'"}
+`
+	}
+
+	r1 := write(mutationFixture)
+	if resp := decide(r1); !resp.GetAllowed() || len(resp.GetPatch()) == 0 || !resp.GetResults()[0].GetMutated() {
+		t.Fatalf("revision %d, no exception: %v", r1, resp)
+	}
+
+	ex, err := ts.c.Query.Explain(ctx, &arbiterv1.ExplainRequest{Request: &arbiterv1.DecideRequest{ObjectJson: pod, MinRevision: r1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := false
+	for _, s := range ex.GetSteps() {
+		applied = applied || s.GetPolicy() == "add-team" && s.GetNote() == "pass: success (the object was mutated)"
+	}
+	if !applied {
+		t.Fatalf("Explain does not say add-team mutated the object: %v", ex.GetSteps())
+	}
+
+	r2 := write(exceptionAt(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)))
+	resp := decide(r2)
+	if resp.GetAllowed() || len(resp.GetPatch()) != 0 || resp.GetStatus().GetMessage() != "Policy require-team failed: a team label is required" {
+		t.Fatalf("revision %d, exception: %v", r2, resp)
+	}
+	mr := resp.GetResults()[0]
+	if mr.GetPolicy() != "add-team" || mr.GetResult() != "skip" || mr.GetMutated() ||
+		mr.GetMessage() != "rule is skipped due to policy exception: apps/web-keeps-its-labels" {
+		t.Fatalf("mutation result under the exception: %v", mr)
+	}
+	ex, err = ts.c.Query.Explain(ctx, &arbiterv1.ExplainRequest{Request: &arbiterv1.DecideRequest{ObjectJson: pod, MinRevision: r2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noted := false
+	for _, s := range ex.GetSteps() {
+		if s.GetPolicy() == "add-team" && strings.Contains(s.GetException(), "web-keeps-its-labels") {
+			noted = true
+		}
+	}
+	if !noted {
+		t.Fatalf("Explain does not say which exception skipped add-team: %v", ex.GetSteps())
+	}
+
+	r3 := write(exceptionAt("2020-01-01T00:00:00Z"))
+	if resp := decide(r3); !resp.GetAllowed() || len(resp.GetPatch()) == 0 {
+		t.Fatalf("revision %d, expired exception: %v", r3, resp)
 	}
 }

@@ -50,6 +50,10 @@ type decisionOutput struct {
 	Revision   uint64 `json:"revision"`
 	Digest     string `json:"digest,omitempty"`
 	DecisionID string `json:"decisionId,omitempty"`
+	// Patch is the mutations as an RFC 6902 JSON patch (absent when
+	// nothing was mutated).
+	Patch     json.RawMessage `json:"patch,omitempty"`
+	PatchType string          `json:"patchType,omitempty"`
 }
 
 type resultOutput struct {
@@ -163,7 +167,7 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if err != nil {
 			return err
 		}
-		ps, err := apply.Compile(objs, engine.Options{}, os.Stderr)
+		ps, err := apply.Compile(objs, engine.Options{MutateExisting: true}, os.Stderr)
 		if err != nil {
 			return err
 		}
@@ -190,6 +194,8 @@ func outputFromResponse(resp *arbiterv1.DecideResponse) decisionOutput {
 		Digest:           resp.GetDigest(),
 		DecisionID:       resp.GetDecisionId(),
 		Results:          []resultOutput{},
+		Patch:            resp.GetPatch(),
+		PatchType:        resp.GetPatchType(),
 	}
 	if out.Warnings == nil {
 		out.Warnings = []string{}
@@ -233,6 +239,16 @@ func writeDecision(w io.Writer, format string, resp *arbiterv1.DecideResponse) e
 	}
 	for _, wn := range out.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", wn)
+	}
+	if len(out.Patch) > 0 {
+		// One operation a line.
+		var ops []json.RawMessage
+		if json.Unmarshal(out.Patch, &ops) == nil {
+			fmt.Fprintf(w, "  patch (%s):\n", out.PatchType)
+			for _, op := range ops {
+				fmt.Fprintf(w, "    %s\n", op)
+			}
+		}
 	}
 	if len(out.Results) > 0 {
 		fmt.Fprintln(w)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/engine"
+	exportpkg "github.com/arbiter-pdp/arbiter/engine/export"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
@@ -19,7 +20,54 @@ func newExportCommand() *cobra.Command {
 		Use:   "export",
 		Short: "Export policies to other formats",
 	}
-	cmd.AddCommand(newExportVAPCommand())
+	cmd.AddCommand(newExportVAPCommand(), newExportMAPCommand())
+	return cmd
+}
+
+// parseNow parses --now (RFC 3339), time.Now() when empty.
+func parseNow(at string) (time.Time, error) {
+	if at == "" {
+		return time.Now(), nil
+	}
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return time.Time{}, exitWith(exitLoad, "--now: %v", err)
+	}
+	return t, nil
+}
+
+func newExportMAPCommand() *cobra.Command {
+	var at string
+	cmd := &cobra.Command{
+		Use:   "map PATH...",
+		Short: "Print a MutatingAdmissionPolicy and binding for each MutatingPolicy that can be expressed as one",
+		Long: `Print, as YAML, the Kubernetes MutatingAdmissionPolicy and binding of each
+MutatingPolicy under the paths, named as Kyverno names those it generates:
+mpol-NAME and mpol-NAME-binding (plus mpol-NAME-CONFIG for each pod-controller
+autogen configuration). The whole matchConstraints is kept, with matchPolicy
+Exact, so the generated policy matches what the MutatingPolicy matches. The
+PolicyExceptions of a policy found under the paths are folded in: a full
+exemption becomes a negated matchCondition, image and value exceptions the
+variables allowedImages and allowedValues. Expired exceptions are left out.
+
+A policy that cannot be expressed is refused, with the reason, on stderr: it is
+a NamespacedMutatingPolicy, it mutates existing resources, it does not run at
+admission, it has auditAnnotations, an exception of it defines compensating
+controls, or it uses what the API server lacks (Kyverno's CEL libraries,
+matchConditions that read variables).
+
+Exit status: 0 when every policy was exported, 1 when one was refused, 2 when
+an input cannot be loaded.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			now, err := parseNow(at)
+			if err != nil {
+				return err
+			}
+			return runExport(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, now, (*engine.PolicySet).ExportMAP)
+		},
+	}
+	cmd.Flags().StringVar(&at, "now", "", "the time exceptions' expiresAt is compared with (RFC 3339; default: now)")
 	return cmd
 }
 
@@ -47,22 +95,20 @@ Exit status: 0 when every policy was exported, 1 when one was refused, 2 when
 an input cannot be loaded.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			now := time.Now()
-			if at != "" {
-				t, err := time.Parse(time.RFC3339, at)
-				if err != nil {
-					return exitWith(exitLoad, "--now: %v", err)
-				}
-				now = t
+			now, err := parseNow(at)
+			if err != nil {
+				return err
 			}
-			return runExportVAP(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, now)
+			return runExport(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, now, (*engine.PolicySet).ExportVAP)
 		},
 	}
 	cmd.Flags().StringVar(&at, "now", "", "the time exceptions' expiresAt is compared with (RFC 3339; default: now)")
 	return cmd
 }
 
-func runExportVAP(out, errOut io.Writer, paths []string, now time.Time) error {
+// runExport loads the policies and exceptions under paths and prints what
+// export makes of them.
+func runExport(out, errOut io.Writer, paths []string, now time.Time, export func(*engine.PolicySet, time.Time) []exportpkg.Export) error {
 	if errOut == nil {
 		errOut = os.Stderr
 	}
@@ -73,17 +119,17 @@ func runExportVAP(out, errOut io.Writer, paths []string, now time.Time) error {
 	var policyObjs []*manifest.Object
 	for _, o := range objs {
 		switch engine.Classify(o) {
-		case engine.ClassPolicy, engine.ClassException, engine.ClassNamespace:
+		case engine.ClassPolicy, engine.ClassMutatingPolicy, engine.ClassException, engine.ClassNamespace:
 			policyObjs = append(policyObjs, o)
 		}
 	}
-	ps, err := apply.Compile(policyObjs, engine.Options{}, os.Stderr)
+	ps, err := apply.Compile(policyObjs, engine.Options{MutateExisting: true}, os.Stderr)
 	if err != nil {
 		return err
 	}
 	refused := 0
 	first := true
-	for _, x := range ps.ExportVAP(now) {
+	for _, x := range export(ps, now) {
 		if x.Refused != "" {
 			refused++
 			fmt.Fprintf(errOut, "%s %s: not exported: %s\n", x.Kind, x.Policy, x.Refused)

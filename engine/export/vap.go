@@ -19,20 +19,6 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
 )
 
-// VAPExport is a ValidatingPolicy expressed as Kubernetes
-// ValidatingAdmissionPolicies and bindings, or the reason it cannot be.
-type VAPExport struct {
-	// Policy is the ValidatingPolicy's name; Kind its kind.
-	Policy string
-	Kind   string
-	Source string
-	// Objects are the ValidatingAdmissionPolicy and binding of the policy,
-	// then those of its autogen variants (pod controllers), JSON-shaped.
-	Objects []map[string]any
-	// Refused says why the policy cannot be expressed (Objects is empty).
-	Refused string
-}
-
 // Labels and annotations of exported objects.
 const (
 	exportManagedBy = "app.kubernetes.io/managed-by"
@@ -53,10 +39,10 @@ const (
 // admission disabled, Deny with Warn, a NamespacedValidatingPolicy), or
 // when the result does not compile in the API server's environment (a
 // Kyverno library function, `exceptions` beyond the replaced lists, ...).
-func VAP(set *vpol.Set, now time.Time) []VAPExport {
-	var out []VAPExport
+func VAP(set *vpol.Set, now time.Time) []Export {
+	var out []Export
 	for _, p := range set.Policies() {
-		x := VAPExport{Policy: p.Name, Kind: p.Kind, Source: p.Source}
+		x := Export{Policy: p.Name, Kind: p.Kind, Source: p.Source}
 		objs, reason := exportPolicy(p, set.ExceptionsFor(p), now)
 		if reason != "" {
 			x.Refused = reason
@@ -89,27 +75,9 @@ func exportPolicy(p *vpol.Policy, exceptions []*exception.Exception, now time.Ti
 	if hasDeny && hasWarn {
 		return nil, "validationActions has both Deny and Warn, which a ValidatingAdmissionPolicyBinding refuses"
 	}
-	var live []*exception.Exception
-	var controls []string
-	for _, ex := range exceptions {
-		if ex.Expired(now) {
-			continue
-		}
-		live = append(live, ex)
-		if ex.HasControls() {
-			controls = append(controls, ex.Key())
-		}
-	}
-	if len(controls) > 0 {
-		return nil, fmt.Sprintf("policy exception(s) %s define compensating controls (spec.validations), which a generated ValidatingAdmissionPolicy cannot evaluate",
-			strings.Join(controls, ", "))
-	}
-	if spec.GetFailurePolicy() == admissionregistrationv1.Ignore {
-		for _, ex := range live {
-			if ex.Full() && len(ex.Spec.MatchConditions) > 0 {
-				return nil, fmt.Sprintf("failurePolicy is Ignore: an error in the matchConditions of exception %s would skip the ValidatingAdmissionPolicy, where the policy is evaluated", ex.Key())
-			}
-		}
+	live, reason := liveExceptions(exceptions, now, spec.GetFailurePolicy(), "ValidatingAdmissionPolicy")
+	if reason != "" {
+		return nil, reason
 	}
 	variants, variantSpecs, err := vpol.AutogenSpecs(spec)
 	if err != nil {
@@ -146,26 +114,17 @@ func exportPolicy(p *vpol.Policy, exceptions []*exception.Exception, now time.Ti
 		if keys := compiled.NullableAuditAnnotations(); len(keys) > 0 {
 			return nil, fmt.Sprintf("auditAnnotations %s may be null: the policy reports an error then, a ValidatingAdmissionPolicy omits the annotation", strings.Join(keys, ", "))
 		}
-		meta := map[string]any{
-			"name":        name,
-			"labels":      map[string]any{exportManagedBy: "arbiter"},
-			"annotations": map[string]any{exportSource: p.Kind + "/" + p.Name},
-		}
+		source := p.Kind + "/" + p.Name
 		objs = append(objs, map[string]any{
 			"apiVersion": vap.APIVersion,
 			"kind":       vap.KindPolicy,
-			"metadata":   meta,
+			"metadata":   exportedMeta(name, source),
 			"spec":       toJSONMap(vapSpec),
 		})
-		bindingMeta := map[string]any{
-			"name":        name + "-binding",
-			"labels":      map[string]any{exportManagedBy: "arbiter"},
-			"annotations": map[string]any{exportSource: p.Kind + "/" + p.Name},
-		}
 		objs = append(objs, map[string]any{
 			"apiVersion": vap.APIVersion,
 			"kind":       vap.KindBinding,
-			"metadata":   bindingMeta,
+			"metadata":   exportedMeta(name+"-binding", source),
 			"spec": toJSONMap(&admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
 				PolicyName:        name,
 				ValidationActions: actions,
@@ -191,21 +150,56 @@ func replaceExceptions(expr string) string {
 // (the policy's or an autogen variant's) with its live exceptions.
 func exportSpec(s *vpol.ValidatingPolicySpec, exceptions []*exception.Exception) (*admissionregistrationv1.ValidatingAdmissionPolicySpec, string) {
 	fp := s.GetFailurePolicy()
-	out := &admissionregistrationv1.ValidatingAdmissionPolicySpec{
-		FailurePolicy:    &fp,
-		MatchConstraints: s.MatchConstraints.DeepCopy(),
+	out := &admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: &fp}
+	var exprs []*string
+	for _, v := range s.Validations {
+		out.Validations = append(out.Validations, v)
 	}
-	if out.MatchConstraints.MatchPolicy == nil {
-		// Kyverno's policies match exactly; the API server's default is Equivalent.
-		exact := admissionregistrationv1.Exact
-		out.MatchConstraints.MatchPolicy = &exact
+	for i := range out.Validations {
+		exprs = append(exprs, &out.Validations[i].Expression, &out.Validations[i].MessageExpression)
 	}
-	namesCond, reason := resourceNamesCondition(out.MatchConstraints)
+	for _, a := range s.AuditAnnotations {
+		out.AuditAnnotations = append(out.AuditAnnotations, admissionregistrationv1.AuditAnnotation{Key: a.Key, ValueExpression: a.ValueExpression})
+	}
+	for i := range out.AuditAnnotations {
+		exprs = append(exprs, &out.AuditAnnotations[i].ValueExpression)
+	}
+	f, reason := fold(s.MatchConstraints, s.MatchConditions, s.Variables, exprs, exceptions)
 	if reason != "" {
 		return nil, reason
 	}
+	out.MatchConstraints, out.MatchConditions, out.Variables = f.match, f.conds, f.vars
+	return out, ""
+}
+
+// folded is what the policies of both kinds share once their exceptions
+// are folded in.
+type folded struct {
+	match *admissionregistrationv1.MatchResources
+	conds []admissionregistrationv1.MatchCondition
+	vars  []admissionregistrationv1.Variable
+}
+
+// fold prepares the match, matchConditions and variables of an exported
+// admission policy: matchPolicy Exact (Kyverno's policies match exactly;
+// the API server's default is Equivalent), resourceNames as a
+// matchCondition, the live exceptions folded in (full exemptions as
+// negated matchConditions, image and value exceptions as the
+// allowedImages and allowedValues variables). exprs are the policy's
+// other expressions, rewritten in place to read those variables.
+func fold(match *admissionregistrationv1.MatchResources, conds []admissionregistrationv1.MatchCondition,
+	vars []admissionregistrationv1.Variable, exprs []*string, exceptions []*exception.Exception) (folded, string) {
+	out := folded{match: match.DeepCopy()}
+	if out.match.MatchPolicy == nil {
+		exact := admissionregistrationv1.Exact
+		out.match.MatchPolicy = &exact
+	}
+	namesCond, reason := resourceNamesCondition(out.match)
+	if reason != "" {
+		return out, reason
+	}
 	if namesCond != "" {
-		out.MatchConditions = append(out.MatchConditions, admissionregistrationv1.MatchCondition{Name: "resource-names", Expression: namesCond})
+		out.conds = append(out.conds, admissionregistrationv1.MatchCondition{Name: "resource-names", Expression: namesCond})
 	}
 	uses := map[string]bool{}
 	note := func(expr string) string {
@@ -216,24 +210,17 @@ func exportSpec(s *vpol.ValidatingPolicySpec, exceptions []*exception.Exception)
 		}
 		return replaceExceptions(expr)
 	}
-	for _, mc := range s.MatchConditions {
-		out.MatchConditions = append(out.MatchConditions, admissionregistrationv1.MatchCondition{Name: mc.Name, Expression: note(mc.Expression)})
+	for _, mc := range conds {
+		out.conds = append(out.conds, admissionregistrationv1.MatchCondition{Name: mc.Name, Expression: note(mc.Expression)})
 	}
-	for _, v := range s.Variables {
-		out.Variables = append(out.Variables, admissionregistrationv1.Variable{Name: v.Name, Expression: note(v.Expression)})
+	for _, v := range vars {
+		out.vars = append(out.vars, admissionregistrationv1.Variable{Name: v.Name, Expression: note(v.Expression)})
 	}
-	for _, v := range s.Validations {
-		v.Expression = note(v.Expression)
-		v.MessageExpression = note(v.MessageExpression)
-		out.Validations = append(out.Validations, v)
+	for _, e := range exprs {
+		*e = note(*e)
 	}
-	for _, a := range s.AuditAnnotations {
-		out.AuditAnnotations = append(out.AuditAnnotations, admissionregistrationv1.AuditAnnotation{Key: a.Key, ValueExpression: note(a.ValueExpression)})
-	}
-	// Exceptions: full exemptions become negated matchConditions; image
-	// and value exceptions feed the allowedImages and allowedValues lists.
 	names := map[string]bool{}
-	for _, mc := range out.MatchConditions {
+	for _, mc := range out.conds {
 		names[mc.Name] = true
 	}
 	var images, values []string
@@ -248,7 +235,7 @@ func exportSpec(s *vpol.ValidatingPolicySpec, exceptions []*exception.Exception)
 			default:
 				expr = "!(" + cond + ")"
 			}
-			out.MatchConditions = append(out.MatchConditions, admissionregistrationv1.MatchCondition{Name: uniqueName(qualifiedName(name), names), Expression: expr})
+			out.conds = append(out.conds, admissionregistrationv1.MatchCondition{Name: uniqueName(qualifiedName(name), names), Expression: expr})
 			continue
 		}
 		if len(ex.Spec.Images) > 0 {
@@ -258,8 +245,8 @@ func exportSpec(s *vpol.ValidatingPolicySpec, exceptions []*exception.Exception)
 			values = append(values, guardedList(cond, ex.Spec.AllowedValues))
 		}
 	}
-	if len(out.MatchConditions) > 64 {
-		return nil, fmt.Sprintf("with its exceptions it has %d matchConditions; a ValidatingAdmissionPolicy has at most 64", len(out.MatchConditions))
+	if len(out.conds) > 64 {
+		return out, fmt.Sprintf("with its exceptions it has %d matchConditions; an admission policy has at most 64", len(out.conds))
 	}
 	for _, v := range []struct {
 		name  string
@@ -268,16 +255,16 @@ func exportSpec(s *vpol.ValidatingPolicySpec, exceptions []*exception.Exception)
 		if !uses[v.name] && len(v.terms) == 0 {
 			continue
 		}
-		for _, existing := range out.Variables {
+		for _, existing := range out.vars {
 			if existing.Name == v.name {
-				return nil, fmt.Sprintf("the policy has a variable %s, which would hold the exceptions' list", v.name)
+				return out, fmt.Sprintf("the policy has a variable %s, which would hold the exceptions' list", v.name)
 			}
 		}
 		expr := "[]"
 		if len(v.terms) > 0 {
 			expr = strings.Join(v.terms, " + ")
 		}
-		out.Variables = append(out.Variables, admissionregistrationv1.Variable{Name: v.name, Expression: expr})
+		out.vars = append(out.vars, admissionregistrationv1.Variable{Name: v.name, Expression: expr})
 	}
 	return out, ""
 }

@@ -3,15 +3,11 @@ package mpol
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 
-	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
-	"github.com/google/cel-go/common/types/traits"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apiserver/pkg/cel/mutation"
 	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
@@ -103,10 +99,11 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 			r, mutated, sizes = s.evalVariant(rq, e, v, v.matchConditions)
 			if mutated != nil {
 				if background {
-					if r.Result == outcome.Pass && !reflect.DeepEqual(mutated, original) {
+					if r.Result == outcome.Pass && !patch.Equal(mutated, original) {
 						r.Result, r.Message = outcome.Fail, messageNotApplied
 					}
 				} else {
+					r.Mutated = !patch.Equal(mutated, rq.Object())
 					rq.SetObjectSized(mutated, sizes)
 				}
 			}
@@ -116,7 +113,11 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 			failures = append(failures, "Policy "+p.Name+": "+r.Message)
 		}
 		if rq.Traced() {
-			rq.Note(p.Key(), "", outcome.PhaseResult, strings.Join(r.Exceptions(), ", "), r.Result+": "+r.Message)
+			note := r.Result + ": " + r.Message
+			if r.Mutated {
+				note += " (the object was mutated)"
+			}
+			rq.Note(p.Key(), "", outcome.PhaseResult, strings.Join(r.Exceptions(), ", "), note)
 		}
 		out.Results = append(out.Results, r)
 	}
@@ -272,7 +273,7 @@ func checkIdentity(before, after map[string]any) error {
 // bounds the sizes of the result from prev, those of the object: a patch
 // adds values and keys, and lengthens the containers it writes into.
 func applyJSONPatch(obj map[string]any, val ref.Val, prev manifest.Sizes) (map[string]any, manifest.Sizes, error) {
-	ops, err := JSONPatchOps(val)
+	ops, err := celeval.JSONPatchOps(val)
 	if err != nil {
 		return nil, prev, err
 	}
@@ -330,40 +331,6 @@ func containerLen(obj map[string]any, pointer string) (uint64, bool) {
 		return uint64(len(c)), true
 	}
 	return 0, false
-}
-
-// JSONPatchOps converts the value of a JSONPatch expression (a list of
-// JSONPatch) into patch operations, with values as JSON-shaped data.
-func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
-	iter, ok := val.(traits.Lister)
-	if !ok {
-		return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array")
-	}
-	var ops []patch.Op
-	for it := iter.Iterator(); it.HasNext() == types.True; {
-		v := it.Next()
-		native, err := v.ConvertToNative(reflect.TypeFor[*mutation.JSONPatchVal]())
-		if err != nil {
-			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch: %w", err)
-		}
-		jp, ok := native.(*mutation.JSONPatchVal)
-		if !ok {
-			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch, got element of %T", native)
-		}
-		op := patch.Op{Op: jp.Op, Path: jp.Path, From: jp.From, Value: patch.NoValue{}}
-		if jp.Val != nil {
-			if ov, ok := jp.Val.(*dynamic.ObjectVal); ok {
-				if err := ov.CheckTypeNamesMatchFieldPathNames(); err != nil {
-					return nil, fmt.Errorf("type mismatch: %w", err)
-				}
-			}
-			if op.Value, err = celeval.ToJSON(jp.Val); err != nil {
-				return nil, fmt.Errorf("JSONPath valueExpression evaluated to a type that could not marshal to JSON: %w", err)
-			}
-		}
-		ops = append(ops, op)
-	}
-	return ops, nil
 }
 
 // applyConfiguration merges the apply configuration a mutation evaluated

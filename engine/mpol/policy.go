@@ -170,29 +170,10 @@ func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError)
 		return nil, lerr
 	}
 	p.variants = append(p.variants, base)
-	var pc *kyvernoapi.PodControllers
-	if spec.Autogen != nil {
-		pc = spec.Autogen.PodControllers
-	}
-	for _, cfg := range autogen.Configs(spec.MatchConstraints, pc) {
-		// Kyverno rewrites matchConditions and apply configurations only.
-		conds := make([]admissionregistrationv1.MatchCondition, len(spec.MatchConditions))
-		for i, mc := range spec.MatchConditions {
-			conds[i] = mc
-			conds[i].Expression = cfg.RewriteMutation(mc.Expression)
-		}
-		muts := make([]admissionregistrationv1.Mutation, len(spec.Mutations))
-		for i, m := range spec.Mutations {
-			muts[i] = m
-			if m.ApplyConfiguration != nil {
-				ac := *m.ApplyConfiguration
-				ac.Expression = cfg.RewriteMutation(ac.Expression)
-				muts[i].ApplyConfiguration = &ac
-			}
-		}
-		v, lerr := compileVariant(env, o, p, cfg, cfg.Match, conds, muts)
+	for _, av := range AutogenVariants(spec) {
+		v, lerr := compileVariant(env, o, p, av.Config, av.Config.Match, av.MatchConditions, av.Mutations)
 		if lerr != nil {
-			lerr.Detail = fmt.Sprintf("autogen %s: %s", cfg.Name, lerr.Detail)
+			lerr.Detail = fmt.Sprintf("autogen %s: %s", av.Config.Name, lerr.Detail)
 			return nil, lerr
 		}
 		p.variants = append(p.variants, v)
@@ -240,6 +221,44 @@ func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError)
 		}
 	}
 	return p, nil
+}
+
+// AutogenVariant is one autogen configuration of a policy (cronjobs,
+// defaults) with the parts Kyverno rewrites for it: its matchConstraints
+// (Config.Match), matchConditions and apply configurations.
+type AutogenVariant struct {
+	Config          autogen.Config
+	MatchConditions []admissionregistrationv1.MatchCondition
+	Mutations       []admissionregistrationv1.Mutation
+}
+
+// AutogenVariants returns the autogen configurations of a policy spec, in
+// the order Kyverno evaluates them.
+func AutogenVariants(spec *MutatingPolicySpec) []AutogenVariant {
+	var pc *kyvernoapi.PodControllers
+	if spec.Autogen != nil {
+		pc = spec.Autogen.PodControllers
+	}
+	var out []AutogenVariant
+	for _, cfg := range autogen.Configs(spec.MatchConstraints, pc) {
+		// Kyverno rewrites matchConditions and apply configurations only.
+		conds := make([]admissionregistrationv1.MatchCondition, len(spec.MatchConditions))
+		for i, mc := range spec.MatchConditions {
+			conds[i] = mc
+			conds[i].Expression = cfg.RewriteMutation(mc.Expression)
+		}
+		muts := make([]admissionregistrationv1.Mutation, len(spec.Mutations))
+		for i, m := range spec.Mutations {
+			muts[i] = m
+			if m.ApplyConfiguration != nil {
+				ac := *m.ApplyConfiguration
+				ac.Expression = cfg.RewriteMutation(ac.Expression)
+				muts[i].ApplyConfiguration = &ac
+			}
+		}
+		out = append(out, AutogenVariant{Config: cfg, MatchConditions: conds, Mutations: muts})
+	}
+	return out
 }
 
 func compileVariant(env *celenv.Env, o *manifest.Object, p *Policy, cfg autogen.Config,

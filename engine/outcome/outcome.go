@@ -99,6 +99,8 @@ type Result struct {
 	// Expired are the namespace/name of the exceptions bound to the policy
 	// that were ignored because their expiresAt has passed.
 	Expired []string
+	// Mutated says a mutating policy changed the object.
+	Mutated bool
 }
 
 // Exceptions returns the exceptions that decided the result: the granted

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	ap "github.com/arbiter-pdp/arbiter/engine/admissionpolicy"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 )
@@ -61,13 +62,7 @@ func Classify(o *manifest.Object) (policy, binding bool) {
 
 // ParamKindOf returns the apiVersion and kind of a policy object's
 // paramKind, if it names one (read from the content, before compilation).
-func ParamKindOf(o *manifest.Object) (apiVersion, kind string, ok bool) {
-	spec, _ := o.Content["spec"].(map[string]any)
-	pk, _ := spec["paramKind"].(map[string]any)
-	apiVersion, _ = pk["apiVersion"].(string)
-	kind, _ = pk["kind"].(string)
-	return apiVersion, kind, kind != ""
-}
+func ParamKindOf(o *manifest.Object) (apiVersion, kind string, ok bool) { return ap.ParamKindOf(o) }
 
 // Compile compiles the policies and bindings of objs (in any order) and
 // takes as params the objects of others whose kind a policy's paramKind
@@ -260,25 +255,7 @@ func (s *Set) info(e *entry) Info {
 			info.Actions = append(info.Actions, a)
 		}
 	}
-	if mc := p.Spec.MatchConstraints; mc != nil {
-		seen := map[string]bool{}
-		for _, r := range mc.ResourceRules {
-			for _, g := range r.APIGroups {
-				for _, v := range r.APIVersions {
-					for _, res := range r.Resources {
-						key := g + "/" + v + "/" + res
-						if g == "" {
-							key = v + "/" + res
-						}
-						if !seen[key] {
-							seen[key] = true
-							info.Resources = append(info.Resources, key)
-						}
-					}
-				}
-			}
-		}
-	}
+	info.Resources = ap.Resources(p.Spec.MatchConstraints)
 	if gvk, ok := p.ParamKind(); ok {
 		info.ParamKind = gvk.GroupVersion().String() + "/" + gvk.Kind
 	}
@@ -290,23 +267,23 @@ func (s *Set) info(e *entry) Info {
 // matchResources of at least one binding (listed in Info.Bindings); their
 // matchConditions are not evaluated.
 func (s *Set) Applicable(ctx context.Context, req *admission.Request) []Info {
-	gvk, gvr, sub := req.Requested()
-	if s.Empty() || admissionConfigResources[gvr.GroupResource()] {
+	_, gvr, _ := req.Requested()
+	if s.Empty() || ap.AdmissionConfigResources[gvr.GroupResource()] {
 		return nil
 	}
-	rq := &evalRequest{ctx: ctx, set: s, req: req, gvk: gvk, gvr: gvr, sub: sub}
+	rq := ap.NewRequest(ctx, s.objects, req, nil)
 	var out []Info
 	for _, e := range s.candidates(gvr.Resource) {
 		if len(e.bindings) == 0 {
 			continue
 		}
-		if ok, _, _ := e.policy.match.matches(rq); !ok {
+		if ok, _, _ := e.policy.match.Matches(rq); !ok {
 			continue
 		}
 		var bindings []string
 		for _, b := range e.bindings {
 			if b.match != nil {
-				if ok, _, _ := b.match.matches(rq); !ok {
+				if ok, _, _ := b.match.Matches(rq); !ok {
 					continue
 				}
 			}

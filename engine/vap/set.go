@@ -3,72 +3,36 @@ package vap
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	ap "github.com/arbiter-pdp/arbiter/engine/admissionpolicy"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 )
 
 // Param is a param object: an object of a kind some policy's paramKind names.
-type Param struct {
-	APIVersion string
-	Kind       string
-	Namespace  string
-	Name       string
-	Content    map[string]any
-}
-
-// Key is namespace/name, or name.
-func (p *Param) Key() string {
-	if p.Namespace != "" {
-		return p.Namespace + "/" + p.Name
-	}
-	return p.Name
-}
-
-func (p *Param) labels() labels.Labels { return admission.ObjectLabels(p.Content) }
+type Param = ap.Param
 
 // Options tune a Set.
-type Options struct {
-	// Namespaced says whether objects of a kind live in namespaces, for
-	// param kinds of which the set holds no object (nil: every kind whose
-	// name does not start with "Cluster").
-	Namespaced func(schema.GroupKind) bool
-	// Authorizer answers `authorizer` checks (nil: Authorizer{}).
-	Authorizer authorizer.UnconditionalAuthorizer
-}
+type Options = ap.Options
 
 // Set is an immutable set of compiled policies, bindings, params and the
 // Namespaces they may consult. It is safe for concurrent use.
 type Set struct {
-	entries    []*entry
-	params     map[schema.GroupVersionKind][]*Param
-	namespaces map[string]heldNamespace
-	namespaced func(schema.GroupKind) bool
-	authorizer authorizer.UnconditionalAuthorizer
+	entries []*entry
+	objects *ap.Objects
 	// byResource lists the entries whose policy rules may match a
 	// resource name; wildcard those with a "*" resource.
 	byResource map[string][]*entry
 	wildcard   []*entry
 	// paramObjects are the objects the params were taken from (Compile).
 	paramObjects map[*manifest.Object]bool
-}
-
-type heldNamespace struct {
-	content map[string]any
-	typed   *corev1.Namespace
 }
 
 type entry struct {
@@ -81,21 +45,7 @@ type entry struct {
 // ignored, and a policy without bindings is never evaluated (as in
 // kube-apiserver). Params are taken in namespace and name order.
 func NewSet(policies []*Policy, bindings []*Binding, params []*Param, namespaces map[string]map[string]any, opts Options) *Set {
-	s := &Set{
-		params:     map[schema.GroupVersionKind][]*Param{},
-		namespaces: make(map[string]heldNamespace, len(namespaces)),
-		namespaced: opts.Namespaced,
-		authorizer: opts.Authorizer,
-	}
-	if s.authorizer == nil {
-		s.authorizer = Authorizer{}
-	}
-	if s.namespaced == nil {
-		s.namespaced = func(gk schema.GroupKind) bool { return !strings.HasPrefix(gk.Kind, "Cluster") }
-	}
-	for name, ns := range namespaces {
-		s.namespaces[name] = heldNamespace{content: ns, typed: typedNamespace(ns)}
-	}
+	s := &Set{objects: ap.NewObjects(params, namespaces, opts)}
 	byPolicy := map[string]*entry{}
 	for _, p := range policies {
 		e := &entry{policy: p}
@@ -110,18 +60,6 @@ func NewSet(policies []*Policy, bindings []*Binding, params []*Param, namespaces
 	sort.SliceStable(s.entries, func(i, j int) bool { return s.entries[i].policy.Name < s.entries[j].policy.Name })
 	for _, e := range s.entries {
 		sort.SliceStable(e.bindings, func(i, j int) bool { return e.bindings[i].Name < e.bindings[j].Name })
-	}
-	for _, p := range params {
-		gvk := schema.FromAPIVersionAndKind(p.APIVersion, p.Kind)
-		s.params[gvk] = append(s.params[gvk], p)
-	}
-	for _, l := range s.params {
-		sort.SliceStable(l, func(i, j int) bool {
-			if l[i].Namespace != l[j].Namespace {
-				return l[i].Namespace < l[j].Namespace
-			}
-			return l[i].Name < l[j].Name
-		})
 	}
 	s.index()
 	return s
@@ -139,20 +77,12 @@ func (s *Set) index() {
 			continue
 		}
 		names[i] = map[string]bool{}
-		m := e.policy.match
-		for _, r := range m.rules {
-			for _, res := range r.Resources {
-				main, _, _ := strings.Cut(res, "/")
-				if main == "*" {
-					wild[i] = true
-				}
-				names[i][main] = true
-				if m.equivalent {
-					// equivalent resources share the resource name
-					names[i][main] = true
-				}
-			}
+		// (equivalent resources share the resource name)
+		ns, w := e.policy.match.IndexNames()
+		for _, n := range ns {
+			names[i][n] = true
 		}
+		wild[i] = w
 		if wild[i] {
 			s.wildcard = append(s.wildcard, e)
 		}
@@ -271,23 +201,6 @@ type validationFailure struct {
 	ValidationActions []admissionregistrationv1.ValidationAction `json:"validationActions"`
 }
 
-// admissionConfigResources are never subject to API-defined policies;
-// excludedResources (reviews, not persisted) to no policy.
-var (
-	admissionConfigResources = map[schema.GroupResource]bool{
-		{Group: Group, Resource: "validatingadmissionpolicies"}:                true,
-		{Group: Group, Resource: "validatingadmissionpolicybindings"}:          true,
-		{Group: Group, Resource: "mutatingadmissionpolicies"}:                  true,
-		{Group: Group, Resource: "mutatingadmissionpolicybindings"}:            true,
-		{Group: "authentication.k8s.io", Resource: "tokenreviews"}:             true,
-		{Group: "authentication.k8s.io", Resource: "selfsubjectreviews"}:       true,
-		{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}:      true,
-		{Group: "authorization.k8s.io", Resource: "selfsubjectaccessreviews"}:  true,
-		{Group: "authorization.k8s.io", Resource: "localsubjectaccessreviews"}: true,
-		{Group: "authorization.k8s.io", Resource: "selfsubjectrulesreviews"}:   true,
-	}
-)
-
 // Empty says whether the set has no policy with a binding.
 func (s *Set) Empty() bool {
 	if s == nil {
@@ -307,49 +220,48 @@ func (s *Set) Empty() bool {
 // (Request.Requested); trace, when not nil, receives every evaluation.
 func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Step)) *Verdict {
 	out := &Verdict{}
-	gvk, gvr, sub := req.Requested()
-	if admissionConfigResources[gvr.GroupResource()] {
+	_, gvr, _ := req.Requested()
+	if ap.AdmissionConfigResources[gvr.GroupResource()] {
 		return out
 	}
 	cands := s.candidates(gvr.Resource)
 	if len(cands) == 0 {
 		return out
 	}
-	rq := &evalRequest{ctx: ctx, set: s, req: req, gvk: gvk, gvr: gvr, sub: sub, trace: trace}
-	rq.userInfo = &user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups, Extra: req.UserInfo.Extra}
+	rq := ap.NewRequest(ctx, s.objects, req, trace)
 	var failures []validationFailure
 	for _, e := range cands {
 		if len(e.bindings) == 0 {
 			continue
 		}
 		p := e.policy
-		ok, gvr, gvk := p.match.matches(rq)
+		ok, gvr, gvk := p.match.Matches(rq)
 		if !ok {
 			continue
 		}
-		if rq.traceOn() {
-			rq.tracePolicy, rq.traceBinding, rq.traceParam = p.Name, "", ""
-			rq.note(Step{Phase: outcome.PhaseMatch, Note: "matched the policy's matchConstraints as " + gvk.GroupVersion().String() + " " + gvk.Kind})
+		if rq.Traced() {
+			rq.TraceScope(p.Name, "", "")
+			rq.Note(Step{Phase: outcome.PhaseMatch, Note: "matched the policy's matchConstraints as " + gvk.GroupVersion().String() + " " + gvk.Kind})
 		}
 		collector := map[string][]string{}
 		var keys []string
 		for _, b := range e.bindings {
-			rq.traceBinding, rq.traceParam = b.Name, ""
+			rq.TraceScope(p.Name, b.Name, "")
 			if b.match != nil {
-				if ok, _, _ := b.match.matches(rq); !ok {
-					rq.note(Step{Phase: outcome.PhaseBindingMatch, Note: "the binding's matchResources do not match: not evaluated"})
+				if ok, _, _ := b.match.Matches(rq); !ok {
+					rq.Note(Step{Phase: outcome.PhaseBindingMatch, Note: "the binding's matchResources do not match: not evaluated"})
 					continue
 				}
 			}
 			res := Result{Policy: p.Name, Binding: b.Name, ValidationIndex: -1, Actions: actionNames(b.Actions)}
-			params, err := s.collectParams(p, b, req.Namespace)
+			params, err := s.objects.CollectParams(p.paramKind, b.paramRef, b.paramSelector, req.Namespace)
 			if err != nil {
 				msg := fmt.Errorf("failed to configure binding: %w", err).Error()
 				res.Result, res.Message = ResultError, msg
 				out.Results = append(out.Results, res)
 				if p.failurePolicy != admissionregistrationv1.Ignore {
 					out.Denials = append(out.Denials, Denial{Policy: p.Name, Binding: b.Name, Message: msg,
-						Reason: metav1.StatusReasonInvalid, Code: reasonToCode(metav1.StatusReasonInvalid)})
+						Reason: metav1.StatusReasonInvalid, Code: ap.ReasonCode(metav1.StatusReasonInvalid)})
 				}
 				continue
 			}
@@ -359,11 +271,11 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 			for _, param := range params {
 				if param != nil {
 					res.Params = append(res.Params, param.Key())
-					rq.traceParam = param.Key()
+					rq.TraceScope(p.Name, b.Name, param.Key())
 				}
 				vr := p.validate(rq, gvr, gvk, param)
 				if vr.skipped {
-					rq.note(Step{Phase: outcome.PhaseResult, Note: "skipped: a matchCondition is false (or failed with failurePolicy Ignore)"})
+					rq.Note(Step{Phase: outcome.PhaseResult, Note: "skipped: a matchCondition is false (or failed with failurePolicy Ignore)"})
 					continue
 				}
 				evaluated = true
@@ -382,7 +294,7 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 							if reason == "" {
 								reason = metav1.StatusReasonInvalid
 							}
-							out.Denials = append(out.Denials, Denial{Policy: p.Name, Binding: b.Name, Message: d.message, Reason: reason, Code: reasonToCode(reason)})
+							out.Denials = append(out.Denials, Denial{Policy: p.Name, Binding: b.Name, Message: d.message, Reason: reason, Code: ap.ReasonCode(reason)})
 						case admissionregistrationv1.Audit:
 							failures = append(failures, validationFailure{Message: d.message, Policy: b.PolicyName, Binding: b.Name,
 								ExpressionIndex: i, ValidationActions: b.Actions})
@@ -406,7 +318,7 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 						}
 					case auditError:
 						out.Denials = append(out.Denials, Denial{Policy: p.Name, Binding: b.Name, Message: a.err,
-							Reason: metav1.StatusReasonInvalid, Code: reasonToCode(metav1.StatusReasonInvalid)})
+							Reason: metav1.StatusReasonInvalid, Code: ap.ReasonCode(metav1.StatusReasonInvalid)})
 						if first == nil {
 							first = &decision{action: actionDeny, evaluation: evalError, message: a.err}
 						}
@@ -425,8 +337,8 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 			default:
 				res.Result, res.Message = ResultSkip, MessageMatchConditions
 			}
-			if rq.traceOn() {
-				rq.traceParam = ""
+			if rq.Traced() {
+				rq.TraceScope(p.Name, b.Name, "")
 				note := res.Result
 				if res.Message != "" {
 					note += ": " + res.Message
@@ -434,7 +346,7 @@ func (s *Set) Decide(ctx context.Context, req *admission.Request, trace func(Ste
 				if res.Result == ResultFail || res.Result == ResultError {
 					note += " (validationActions " + strings.Join(res.Actions, ", ") + ")"
 				}
-				rq.note(Step{Phase: outcome.PhaseResult, Note: note})
+				rq.Note(Step{Phase: outcome.PhaseResult, Note: note})
 			}
 			out.Results = append(out.Results, res)
 		}
@@ -476,78 +388,5 @@ func actionNames(as []admissionregistrationv1.ValidationAction) []string {
 	return out
 }
 
-// reasonToCode maps a status reason to its HTTP code, as the plugin does
-// (the engine does not link net/http for four numbers).
-func reasonToCode(r metav1.StatusReason) int32 {
-	switch r {
-	case metav1.StatusReasonForbidden:
-		return 403
-	case metav1.StatusReasonUnauthorized:
-		return 401
-	case metav1.StatusReasonRequestEntityTooLarge:
-		return 413
-	}
-	return 422 // Unprocessable Entity
-}
-
 // ReasonCode returns the HTTP code kube-apiserver answers a denial with reason r.
-func ReasonCode(r metav1.StatusReason) int32 { return reasonToCode(r) }
-
-// paramScopeNamespaced says whether the params of a kind live in
-// namespaces: as the objects of that kind the set holds, else by Options.
-func (s *Set) paramScopeNamespaced(gvk schema.GroupVersionKind) bool {
-	if l := s.params[gvk]; len(l) > 0 {
-		return l[0].Namespace != ""
-	}
-	return s.namespaced(gvk.GroupKind())
-}
-
-// collectParams returns the params a binding evaluates the policy with
-// ([nil] when there are none to look up), as the plugin's CollectParams.
-// Every paramKind is taken as served: the set's objects of that kind are
-// its objects.
-func (s *Set) collectParams(p *Policy, b *Binding, namespace string) ([]*Param, error) {
-	ref := b.paramRef
-	if p.paramKind == nil || ref == nil {
-		return []*Param{nil}, nil
-	}
-	gvk := *p.paramKind
-	namespaced := s.paramScopeNamespaced(gvk)
-	paramsNamespace := ""
-	if namespaced {
-		paramsNamespace = namespace
-		if ref.Namespace != "" {
-			paramsNamespace = ref.Namespace
-		} else if paramsNamespace == "" {
-			return nil, errors.New("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources")
-		}
-	} else if ref.Namespace != "" {
-		return nil, errors.New("paramRef.namespace must not be provided for a cluster-scoped `paramKind`")
-	}
-	var params []*Param
-	switch {
-	case ref.Name != "":
-		for _, x := range s.params[gvk] {
-			if x.Name == ref.Name && (!namespaced || x.Namespace == paramsNamespace) {
-				params = []*Param{x}
-				break
-			}
-		}
-	case b.paramSelector != nil || ref.Selector != nil:
-		sel := b.paramSelector
-		if sel == nil {
-			sel = labels.Everything()
-		}
-		for _, x := range s.params[gvk] {
-			if (!namespaced || x.Namespace == paramsNamespace) && sel.Matches(x.labels()) {
-				params = append(params, x)
-			}
-		}
-	default:
-		return nil, errors.New("one of name or selector must be provided")
-	}
-	if len(params) == 0 && ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionregistrationv1.DenyAction {
-		return nil, errors.New("no params found for policy binding with `Deny` parameterNotFoundAction")
-	}
-	return params, nil
-}
+func ReasonCode(r metav1.StatusReason) int32 { return ap.ReasonCode(r) }

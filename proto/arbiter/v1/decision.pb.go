@@ -742,10 +742,12 @@ type PolicyResult struct {
 	// namespace/name of the exceptions that decided this result.
 	Exceptions []string `protobuf:"bytes,8,rep,name=exceptions,proto3" json:"exceptions,omitempty"`
 	// PolicyReport source, e.g. KyvernoValidatingPolicy.
-	Source        string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
-	Scored        bool   `protobuf:"varint,10,opt,name=scored,proto3" json:"scored,omitempty"`
-	Category      string `protobuf:"bytes,11,opt,name=category,proto3" json:"category,omitempty"`
-	Severity      string `protobuf:"bytes,12,opt,name=severity,proto3" json:"severity,omitempty"`
+	Source   string `protobuf:"bytes,9,opt,name=source,proto3" json:"source,omitempty"`
+	Scored   bool   `protobuf:"varint,10,opt,name=scored,proto3" json:"scored,omitempty"`
+	Category string `protobuf:"bytes,11,opt,name=category,proto3" json:"category,omitempty"`
+	Severity string `protobuf:"bytes,12,opt,name=severity,proto3" json:"severity,omitempty"`
+	// A mutating policy's mutations changed the object.
+	Mutated       bool `protobuf:"varint,13,opt,name=mutated,proto3" json:"mutated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -862,6 +864,13 @@ func (x *PolicyResult) GetSeverity() string {
 		return x.Severity
 	}
 	return ""
+}
+
+func (x *PolicyResult) GetMutated() bool {
+	if x != nil {
+		return x.Mutated
+	}
+	return false
 }
 
 // Status is the denial, shaped as the metav1.Status an admission webhook returns.
@@ -1935,7 +1944,7 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x10request_resource\x18\x13 \x01(\v2 .arbiter.v1.GroupVersionResourceR\x0frequestResource\x120\n" +
 	"\x14request_sub_resource\x18\x14 \x01(\tR\x12requestSubResource\x12-\n" +
 	"\apayload\x18\x15 \x01(\x0e2\x13.arbiter.v1.PayloadR\apayload\x12*\n" +
-	"\x06stages\x18\x19 \x01(\x0e2\x12.arbiter.v1.StagesR\x06stages\"\xb8\x03\n" +
+	"\x06stages\x18\x19 \x01(\x0e2\x12.arbiter.v1.StagesR\x06stages\"\xd2\x03\n" +
 	"\fPolicyResult\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1f\n" +
 	"\vpolicy_kind\x18\x02 \x01(\tR\n" +
@@ -1954,7 +1963,8 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x06scored\x18\n" +
 	" \x01(\bR\x06scored\x12\x1a\n" +
 	"\bcategory\x18\v \x01(\tR\bcategory\x12\x1a\n" +
-	"\bseverity\x18\f \x01(\tR\bseverity\x1a=\n" +
+	"\bseverity\x18\f \x01(\tR\bseverity\x12\x18\n" +
+	"\amutated\x18\r \x01(\bR\amutated\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +

@@ -1,4 +1,4 @@
-package vap
+package admissionpolicy
 
 import (
 	"strings"
@@ -11,9 +11,10 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 )
 
-// matcher is a compiled MatchResources, evaluated as kube-apiserver's
-// policy matcher (pkg/admission/plugin/policy/matching) does.
-type matcher struct {
+// Matcher is a compiled MatchResources, evaluated as kube-apiserver's
+// policy matcher (pkg/admission/plugin/policy/matching) does. It is
+// immutable.
+type Matcher struct {
 	namespaceSelector labels.Selector // nil: everything
 	objectSelector    labels.Selector // nil: everything
 	rules             []admissionregistrationv1.NamedRuleWithOperations
@@ -21,9 +22,9 @@ type matcher struct {
 	equivalent        bool
 }
 
-// compileMatch compiles validated, defaulted match resources.
-func compileMatch(m *admissionregistrationv1.MatchResources) *matcher {
-	c := &matcher{rules: m.ResourceRules, exclude: m.ExcludeResourceRules}
+// CompileMatch compiles validated, defaulted match resources.
+func CompileMatch(m *admissionregistrationv1.MatchResources) *Matcher {
+	c := &Matcher{rules: m.ResourceRules, exclude: m.ExcludeResourceRules}
 	c.equivalent = m.MatchPolicy != nil && *m.MatchPolicy == admissionregistrationv1.Equivalent
 	c.namespaceSelector = selector(m.NamespaceSelector)
 	c.objectSelector = selector(m.ObjectSelector)
@@ -59,14 +60,15 @@ type overridden struct {
 
 func (o overridden) resource() schema.GroupVersionResource { return o.gvr }
 
-// matches reports whether the request matches and, when it does, the
+// Matches reports whether the request matches and, when it does, the
 // resource and kind it matched as (the request's own, or an equivalent one
-// under matchPolicy Equivalent).
-func (m *matcher) matches(rq *evalRequest) (bool, schema.GroupVersionResource, schema.GroupVersionKind) {
+// under matchPolicy Equivalent). The object selector reads the request's
+// object as it is now (Request.Object) and its oldObject.
+func (m *Matcher) Matches(rq *Request) (bool, schema.GroupVersionResource, schema.GroupVersionKind) {
 	if m.namespaceSelector != nil && !rq.matchNamespace(m.namespaceSelector) {
 		return false, schema.GroupVersionResource{}, schema.GroupVersionKind{}
 	}
-	if m.objectSelector != nil && !labelsMatch(m.objectSelector, rq.req.Object) && !labelsMatch(m.objectSelector, rq.req.OldObject) {
+	if m.objectSelector != nil && !labelsMatch(m.objectSelector, rq.object) && !labelsMatch(m.objectSelector, rq.req.OldObject) {
 		return false, schema.GroupVersionResource{}, schema.GroupVersionKind{}
 	}
 	if ok, _, _ := m.matchRules(m.exclude, rq); ok {
@@ -78,7 +80,7 @@ func (m *matcher) matches(rq *evalRequest) (bool, schema.GroupVersionResource, s
 	return m.matchRules(m.rules, rq)
 }
 
-func (m *matcher) matchRules(rules []admissionregistrationv1.NamedRuleWithOperations, rq *evalRequest) (bool, schema.GroupVersionResource, schema.GroupVersionKind) {
+func (m *Matcher) matchRules(rules []admissionregistrationv1.NamedRuleWithOperations, rq *Request) (bool, schema.GroupVersionResource, schema.GroupVersionKind) {
 	for i := range rules {
 		if !ruleMatches(&rules[i].RuleWithOperations, rq) {
 			continue
@@ -174,13 +176,13 @@ func labelsMatch(sel labels.Selector, obj map[string]any) bool {
 // matchNamespace is the namespace selector check: cluster-scoped requests
 // (other than on Namespaces) match; a Namespace created or updated is
 // matched by its own labels; otherwise the Namespace's labels.
-func (rq *evalRequest) matchNamespace(sel labels.Selector) bool {
+func (rq *Request) matchNamespace(sel labels.Selector) bool {
 	r := rq.req
 	if r.Namespace == "" && rq.gvr.Resource != "namespaces" {
 		return true
 	}
 	if rq.gvr.Resource == "namespaces" && r.SubResource == "" && (r.Operation == admission.OpCreate || r.Operation == admission.OpUpdate) {
-		return sel.Matches(admission.ObjectLabels(r.Object))
+		return sel.Matches(admission.ObjectLabels(rq.object))
 	}
 	return sel.Matches(admission.ObjectLabels(rq.namespaceContent()))
 }
@@ -263,4 +265,46 @@ func EquivalentResources(gvr schema.GroupVersionResource, subresource string) ([
 		rs[i], ks[i] = e.gvr, e.gvk
 	}
 	return rs, ks
+}
+
+// IndexNames returns the resource names (without subresource) the
+// matcher's rules name, and whether one of them is "*".
+func (m *Matcher) IndexNames() (names []string, wildcard bool) {
+	for _, r := range m.rules {
+		for _, res := range r.Resources {
+			main, _, _ := strings.Cut(res, "/")
+			if main == "*" {
+				wildcard = true
+			}
+			names = append(names, main)
+		}
+	}
+	return names, wildcard
+}
+
+// Resources returns group/version/resource ("version/resource" in the core
+// group) of the matcher's resource rules, without duplicates.
+func Resources(m *admissionregistrationv1.MatchResources) []string {
+	if m == nil {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range m.ResourceRules {
+		for _, g := range r.APIGroups {
+			for _, v := range r.APIVersions {
+				for _, res := range r.Resources {
+					key := g + "/" + v + "/" + res
+					if g == "" {
+						key = v + "/" + res
+					}
+					if !seen[key] {
+						seen[key] = true
+						out = append(out, key)
+					}
+				}
+			}
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package vap
+package admissionpolicy
 
 import (
 	"github.com/google/cel-go/common/types"
@@ -7,7 +7,7 @@ import (
 	apiservercel "k8s.io/apiserver/pkg/cel"
 )
 
-// objectValue returns the CEL value of an untyped object (object,
+// ObjectValue returns the CEL value of an untyped object (object,
 // oldObject, a param): the value kube-apiserver builds for it
 // (types.DefaultTypeAdapter.NativeToValue of the unstructured content), with
 // one extension: a property that is not found under its name is looked up
@@ -15,7 +15,7 @@ import (
 // reference documents (`x__dash__prop` for `x-prop`, `__namespace__` for
 // `namespace`, ...) resolve on objects that have no schema. Equality,
 // iteration, sizes and conversions are the wrapped value's own.
-func objectValue(m map[string]any) ref.Val {
+func ObjectValue(m map[string]any) ref.Val {
 	if m == nil {
 		return types.NullValue
 	}

@@ -1,0 +1,53 @@
+package celeval
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	"k8s.io/apiserver/pkg/cel/mutation"
+	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
+
+	"github.com/arbiter-pdp/arbiter/engine/patch"
+)
+
+// JSONPatchOps converts the value of a JSONPatch expression (a list of
+// JSONPatch) into patch operations, with values as JSON-shaped data, as
+// kube-apiserver's JSON patcher (and Kyverno's copy of it) builds its
+// patch (k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch
+// json_patch.go), with its error texts: an operation without a value has
+// patch.NoValue. Kyverno's MutatingPolicy and Kubernetes'
+// MutatingAdmissionPolicy share it.
+func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
+	iter, ok := val.(traits.Lister)
+	if !ok {
+		return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array")
+	}
+	var ops []patch.Op
+	for it := iter.Iterator(); it.HasNext() == types.True; {
+		v := it.Next()
+		native, err := v.ConvertToNative(reflect.TypeFor[*mutation.JSONPatchVal]())
+		if err != nil {
+			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch: %w", err)
+		}
+		jp, ok := native.(*mutation.JSONPatchVal)
+		if !ok {
+			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch, got element of %T", native)
+		}
+		op := patch.Op{Op: jp.Op, Path: jp.Path, From: jp.From, Value: patch.NoValue{}}
+		if jp.Val != nil {
+			if ov, ok := jp.Val.(*dynamic.ObjectVal); ok {
+				if err := ov.CheckTypeNamesMatchFieldPathNames(); err != nil {
+					return nil, fmt.Errorf("type mismatch: %w", err)
+				}
+			}
+			if op.Value, err = ToJSON(jp.Val); err != nil {
+				return nil, fmt.Errorf("JSONPath valueExpression evaluated to a type that could not marshal to JSON: %w", err)
+			}
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package mapol_test
+
+const raceEnabled = false

@@ -43,21 +43,22 @@ func render(t *testing.T, filter *Filter, paths ...string) (string, Summary) {
 // its kyverno-test.yaml says which.
 func TestGoldenSuites(t *testing.T) {
 	wants := map[string]struct{ failed, loadErrors bool }{
-		"authz":            {},
-		"basic":            {},
-		"clusterresources": {},
-		"context":          {},
-		"excluded":         {},
-		"json":             {},
-		"loaderrors":       {loadErrors: true},
-		"mutate":           {},
-		"mutate-existing":  {},
-		"mutate-fail":      {failed: true},
-		"notfound":         {failed: true},
-		"numbers":          {},
-		"operations":       {},
-		"skip":             {},
-		"vap":              {},
+		"authz":              {},
+		"basic":              {},
+		"clusterresources":   {},
+		"context":            {},
+		"excluded":           {},
+		"json":               {},
+		"loaderrors":         {loadErrors: true},
+		"mutate":             {},
+		"mutating-admission": {},
+		"mutate-existing":    {},
+		"mutate-fail":        {failed: true},
+		"notfound":           {failed: true},
+		"numbers":            {},
+		"operations":         {},
+		"skip":               {},
+		"vap":                {},
 	}
 	entries, err := os.ReadDir("testdata/suites")
 	if err != nil {

@@ -42,6 +42,8 @@ type Suite struct {
 	mpols []*mpol.Policy
 	// vaps are the names of the ValidatingAdmissionPolicies.
 	vaps []string
+	// maps are the names of the MutatingAdmissionPolicies.
+	maps []string
 	// authz are the authorization policies (Envoy and HTTP modes).
 	authz      []*authz.Policy
 	exceptions int
@@ -83,7 +85,7 @@ type Payload struct {
 }
 
 // PolicyCount, ResourceCount and ExceptionCount describe the suite.
-func (s *Suite) PolicyCount() int    { return len(s.policies) + len(s.mpols) + len(s.vaps) + len(s.authz) }
+func (s *Suite) PolicyCount() int    { return len(s.policies) + len(s.mpols) + len(s.vaps) + len(s.maps) + len(s.authz) }
 func (s *Suite) ResourceCount() int  { return len(s.resources) }
 func (s *Suite) ExceptionCount() int { return s.exceptions }
 
@@ -131,7 +133,17 @@ func Load(doc *TestDocument) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs = prepareVAP(objs, params)
+	objs = prepareMAP(prepareVAP(objs), params)
+	// the param resources, which the engine takes as params of the VAPs
+	// and MAPs whose paramKind names their kind
+	for _, o := range objs {
+		if c := engine.Classify(o); c == engine.ClassVAP || c == engine.ClassMAP {
+			for _, r := range params {
+				objs = append(objs, manifest.NewObject(r.Source, r.Object))
+			}
+			break
+		}
+	}
 	crds, err := s.loadCRDs()
 	if err != nil {
 		return nil, err
@@ -158,6 +170,9 @@ func Load(doc *TestDocument) (*Suite, error) {
 	s.authz = ps.AuthzPolicies()
 	for _, v := range ps.VAPInfos() {
 		s.vaps = append(s.vaps, v.Name)
+	}
+	for _, m := range ps.MAPInfos() {
+		s.maps = append(s.maps, m.Name)
 	}
 
 	if s.resources, err = s.loadResources("resources", t.Resources, true); err != nil {
@@ -440,7 +455,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					}
 					seen[id] = string(content)
 					out = append(out, o)
-				case engine.ClassVAP, engine.ClassVAPBinding:
+				case engine.ClassVAP, engine.ClassVAPBinding, engine.ClassMAP, engine.ClassMAPBinding:
 					id := o.ID()
 					content, _ := json.Marshal(o.Content)
 					if first, dup := seen[id]; dup && first == string(content) {
@@ -452,7 +467,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					// the CLI takes exceptions from `exceptions` only
 					s.Warnings = append(s.Warnings, fmt.Sprintf("%s: %s in a policy file is not used (list it under exceptions)", o.Source, o.Ref()))
 				default:
-					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy, ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding)", o.APIVersion, o.Kind)})
+					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding)", o.APIVersion, o.Kind)})
 				}
 			}
 		}

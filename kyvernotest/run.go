@@ -220,7 +220,10 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) ([]res
 	if d.Mutated != nil {
 		patched = d.Mutated
 	}
-	var k8s, json []response
+	// MutatingAdmissionPolicies first, then MutatingPolicies, as the CLI
+	// lists them
+	k8s := s.mapResponses(d, patched)
+	var json []response
 	for _, p := range s.mpols {
 		resp := response{policyKind: p.Kind, policyName: p.Name, resource: patched}
 		if r, ok := mpolResultOf(d, p); ok {

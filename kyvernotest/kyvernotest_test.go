@@ -43,18 +43,22 @@ func render(t *testing.T, filter *Filter, paths ...string) (string, Summary) {
 // its kyverno-test.yaml says which.
 func TestGoldenSuites(t *testing.T) {
 	wants := map[string]struct{ failed, loadErrors bool }{
-		"authz":            {},
-		"basic":            {},
-		"clusterresources": {},
-		"context":          {},
-		"excluded":         {},
-		"json":             {},
-		"loaderrors":       {loadErrors: true},
-		"notfound":         {failed: true},
-		"numbers":          {},
-		"operations":       {},
-		"skip":             {},
-		"vap":              {},
+		"authz":              {},
+		"basic":              {},
+		"clusterresources":   {},
+		"context":            {},
+		"excluded":           {},
+		"json":               {},
+		"loaderrors":         {loadErrors: true},
+		"mutate":             {},
+		"mutating-admission": {},
+		"mutate-existing":    {},
+		"mutate-fail":        {failed: true},
+		"notfound":           {failed: true},
+		"numbers":            {},
+		"operations":         {},
+		"skip":               {},
+		"vap":                {},
 	}
 	entries, err := os.ReadDir("testdata/suites")
 	if err != nil {
@@ -253,5 +257,31 @@ func TestParseTestFileDocuments(t *testing.T) {
 	_, err = ParseTestFile("t.yaml", []byte(fmt.Sprintf(test, "a")+"---x\n"+fmt.Sprintf(test, "b")))
 	if err == nil || !strings.Contains(err.Error(), "t.yaml") || !strings.Contains(err.Error(), "document 1: invalid Yaml document separator: x") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestFixupGenerateLabels: the CLI's label fix-up before comparing
+// patched resources (resource.FixupGenerateLabels on unstructured
+// objects).
+func TestFixupGenerateLabels(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{}`, `{"metadata":{"labels":{"app.kubernetes.io/managed-by":"kyverno"}}}`},
+		{`{"metadata":{"name":"a"}}`, `{"metadata":{"labels":{"app.kubernetes.io/managed-by":"kyverno"},"name":"a"}}`},
+		{`{"metadata":{"labels":{"a":"1","generate.kyverno.io/x":"y","app.kubernetes.io/managed-by":"helm"}}}`,
+			`{"metadata":{"labels":{"a":"1","app.kubernetes.io/managed-by":"helm"}}}`},
+		// labels that are not all strings are not read: only managed-by remains
+		{`{"metadata":{"labels":{"a":"1","b":2}}}`, `{"metadata":{"labels":{"app.kubernetes.io/managed-by":"kyverno"}}}`},
+		// a metadata that is not an object is left alone
+		{`{"metadata":null}`, `{"metadata":null}`},
+		{`{"metadata":"x"}`, `{"metadata":"x"}`},
+	} {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(c.in), &obj); err != nil {
+			t.Fatal(err)
+		}
+		fixupGenerateLabels(obj)
+		if got, _ := json.Marshal(obj); string(got) != c.want {
+			t.Errorf("%s: got %s, want %s", c.in, got, c.want)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
 	"github.com/arbiter-pdp/arbiter/kyvernotest/fixtures"
 )
@@ -37,18 +38,28 @@ type Suite struct {
 
 	policySet *engine.PolicySet
 	policies  []*vpol.Policy
+	// mpols are the MutatingPolicies and NamespacedMutatingPolicies.
+	mpols []*mpol.Policy
 	// vaps are the names of the ValidatingAdmissionPolicies.
 	vaps []string
+	// maps are the names of the MutatingAdmissionPolicies.
+	maps []string
 	// authz are the authorization policies (Envoy and HTTP modes).
 	authz      []*authz.Policy
 	exceptions int
 	resources  []*Resource
-	payloads   []*Payload
-	envoy      []*Payload
-	http       []*Payload
-	values     *ValuesSpec
-	userInfo   admission.UserInfo
-	context    *fixtures.Static
+	// targets are the targetResources: what mutate-existing policies
+	// mutate.
+	targets  []*Resource
+	payloads []*Payload
+	envoy    []*Payload
+	http     []*Payload
+	values   *ValuesSpec
+	userInfo admission.UserInfo
+	context  *fixtures.Static
+	// targetContext is context with the targets visible to resource.Get
+	// and resource.List: what mutate-existing policies read.
+	targetContext *fixtures.Static
 	// mapper maps kinds to resources (built-in discovery data and the
 	// clusterResources CRDs).
 	mapper *fixtures.Static
@@ -74,7 +85,7 @@ type Payload struct {
 }
 
 // PolicyCount, ResourceCount and ExceptionCount describe the suite.
-func (s *Suite) PolicyCount() int    { return len(s.policies) + len(s.vaps) + len(s.authz) }
+func (s *Suite) PolicyCount() int    { return len(s.policies) + len(s.mpols) + len(s.vaps) + len(s.maps) + len(s.authz) }
 func (s *Suite) ResourceCount() int  { return len(s.resources) }
 func (s *Suite) ExceptionCount() int { return s.exceptions }
 
@@ -122,8 +133,23 @@ func Load(doc *TestDocument) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs = prepareVAP(objs, params)
-	ps, err := engine.Compile(append(objs, excs...), engine.Options{KeepOrder: true})
+	objs = prepareMAP(prepareVAP(objs), params)
+	// the param resources, which the engine takes as params of the VAPs
+	// and MAPs whose paramKind names their kind
+	for _, o := range objs {
+		if c := engine.Classify(o); c == engine.ClassVAP || c == engine.ClassMAP {
+			for _, r := range params {
+				objs = append(objs, manifest.NewObject(r.Source, r.Object))
+			}
+			break
+		}
+	}
+	crds, err := s.loadCRDs()
+	if err != nil {
+		return nil, err
+	}
+	// Mutate-existing policies are evaluated offline, on the targets.
+	ps, err := engine.Compile(append(append(objs, excs...), crds...), engine.Options{KeepOrder: true, MutateExisting: true})
 	if err != nil {
 		if l := manifest.AsLoadErrors(err); l != nil {
 			msgs := make([]string, len(l))
@@ -140,9 +166,13 @@ func Load(doc *TestDocument) (*Suite, error) {
 	}
 	s.policySet = ps
 	s.policies = ps.Policies()
+	s.mpols = ps.MutatingPolicies()
 	s.authz = ps.AuthzPolicies()
 	for _, v := range ps.VAPInfos() {
 		s.vaps = append(s.vaps, v.Name)
+	}
+	for _, m := range ps.MAPInfos() {
+		s.maps = append(s.maps, m.Name)
 	}
 
 	if s.resources, err = s.loadResources("resources", t.Resources, true); err != nil {
@@ -152,6 +182,7 @@ func Load(doc *TestDocument) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.targets = targets
 	if err := s.loadPayloads(); err != nil {
 		return nil, err
 	}
@@ -173,7 +204,47 @@ func Load(doc *TestDocument) (*Suite, error) {
 		return nil, s.wrap(contextField(t), err)
 	}
 	s.context = ctx
+	s.targetContext = ctx
+	if len(targets) > 0 && !ctx.ClusterMode() {
+		// a cluster's fake client holds the targets already
+		objs := make([]*unstructured.Unstructured, len(targets))
+		for i, r := range targets {
+			objs[i] = &unstructured.Unstructured{Object: r.Object}
+		}
+		s.targetContext = ctx.WithObjects(objs...)
+	}
 	return s, nil
+}
+
+// loadCRDs reads the CustomResourceDefinitions that clusterResources files
+// name: their schemas guide the apply configurations of MutatingPolicies
+// on custom resources, as the CLI's OpenAPI client reads them.
+func (s *Suite) loadCRDs() ([]*manifest.Object, error) {
+	var out []*manifest.Object
+	for i, p := range s.Doc.Test.ClusterResources {
+		field := fmt.Sprintf("clusterResources[%d]", i)
+		c, err := fixtures.LoadClusterResourceFile(s.path(p))
+		if err != nil {
+			return nil, s.wrap(field, err)
+		}
+		for _, crd := range c.Spec.CRDs {
+			f := s.path(crd)
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, s.wrap(field, err)
+			}
+			docs, err := manifest.Parse(f, data)
+			if err != nil {
+				return nil, s.wrap(field, err)
+			}
+			for _, o := range manifest.FromDocuments(docs) {
+				if o.Group() == "apiextensions.k8s.io" && o.Kind == "CustomResourceDefinition" {
+					out = append(out, o)
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // contextField names the test field a context error comes from.
@@ -376,7 +447,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					continue
 				}
 				switch engine.Classify(o) {
-				case engine.ClassPolicy, engine.ClassAuthzPolicy:
+				case engine.ClassPolicy, engine.ClassAuthzPolicy, engine.ClassMutatingPolicy:
 					id := o.ID()
 					content, _ := json.Marshal(o.Content)
 					if first, dup := seen[id]; dup && first == string(content) {
@@ -384,7 +455,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					}
 					seen[id] = string(content)
 					out = append(out, o)
-				case engine.ClassVAP, engine.ClassVAPBinding:
+				case engine.ClassVAP, engine.ClassVAPBinding, engine.ClassMAP, engine.ClassMAPBinding:
 					id := o.ID()
 					content, _ := json.Marshal(o.Content)
 					if first, dup := seen[id]; dup && first == string(content) {
@@ -396,7 +467,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					// the CLI takes exceptions from `exceptions` only
 					s.Warnings = append(s.Warnings, fmt.Sprintf("%s: %s in a policy file is not used (list it under exceptions)", o.Source, o.Ref()))
 				default:
-					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy, NamespacedValidatingPolicy, ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding)", o.APIVersion, o.Kind)})
+					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding)", o.APIVersion, o.Kind)})
 				}
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
 )
@@ -24,8 +25,14 @@ type response struct {
 	policyKind string
 	policyName string
 	results    []outcome.Result
-	// resource is the evaluated object (patched/generated resource checks).
+	// resource is the evaluated object (patched/generated resource checks):
+	// for the admission kinds, the resource as every mutating policy left
+	// it (the CLI's patched resource of mutations, and the resource the
+	// validations saw).
 	resource map[string]any
+	// patchedTarget is, for a pass result of a mutate-existing policy on a
+	// target, the target as every mutate-existing policy left it.
+	patchedTarget map[string]any
 }
 
 // responses are the responses of a run by resource key, keys in order.
@@ -104,20 +111,34 @@ func Run(ctx context.Context, s *Suite, filter *Filter) *SuiteResult {
 	if len(tests) == 0 {
 		return res
 	}
-	// the default run (the values' request.operation, else CREATE), then
-	// one run per operation results name explicitly
+	// for each resource, the default run (the values' request.operation,
+	// else CREATE), then one run per operation results name explicitly
 	trigger := newResponses()
-	for _, r := range s.resources {
-		trigger.add(r.Key, s.evalResource(ctx, r, s.defaultOperation())...)
-	}
+	ops := explicitOperations(tests)
 	byOp := map[string]*responses{}
-	for _, op := range explicitOperations(tests) {
-		rs := newResponses()
-		for _, r := range s.resources {
-			rs.add(r.Key, s.evalResource(ctx, r, op)...)
-		}
-		byOp[op] = rs
+	for _, op := range ops {
+		byOp[op] = newResponses()
 	}
+	var targetResps []response
+	for _, r := range s.resources {
+		resps, targets, err := s.evalResource(ctx, r, s.defaultOperation())
+		if err != nil {
+			res.Error, res.err = err.Error(), err
+			return res
+		}
+		trigger.add(r.Key, resps...)
+		targetResps = append(targetResps, targets...)
+		for _, op := range ops {
+			resps, targets, err := s.evalResource(ctx, r, op)
+			if err != nil {
+				res.Error, res.err = err.Error(), err
+				return res
+			}
+			byOp[op].add(r.Key, resps...)
+			targetResps = append(targetResps, targets...)
+		}
+	}
+	target := s.targetResponses(targetResps)
 	for _, p := range s.payloads {
 		trigger.add(p.Name, s.evalJSON(ctx, p)...)
 	}
@@ -133,7 +154,7 @@ func Run(ctx context.Context, s *Suite, filter *Filter) *SuiteResult {
 		if t.Operation != "" {
 			rs = byOp[t.Operation]
 		}
-		c.check(t, rs)
+		c.check(t, rs, target)
 	}
 	res.Rows = c.rows
 	res.Passed, res.Failed = c.passed, c.failed
@@ -165,27 +186,20 @@ func (s *Suite) defaultOperation() string {
 
 // evalResource evaluates every policy on a resource with an operation, as
 // the CLI's policy processor does: CREATE with the resource as object,
-// UPDATE with it as object and oldObject, DELETE as oldObject only.
-func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) []response {
+// UPDATE with it as object and oldObject, DELETE as oldObject only. It
+// returns the resource's responses, then those of the mutate-existing
+// policies on the targets (which the CLI also counts among the
+// resource's); an error is what makes the CLI fail the test.
+func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) ([]response, []response, error) {
 	obj := r.Object
-	gvk := gvkOf(obj)
-	if s.values != nil {
-		for _, sub := range s.values.Subresources {
-			sg := schema.GroupVersionKind{Group: sub.Subresource.Group, Version: sub.Subresource.Version, Kind: sub.Subresource.Kind}
-			if gvk == sg {
-				gvk = schema.GroupVersionKind{Group: sub.ParentResource.Group, Version: sub.ParentResource.Version, Kind: sub.ParentResource.Kind}
-			}
-		}
-	}
 	req := &admission.Request{
 		Operation: op,
-		Kind:      gvk,
-		Resource:  s.gvrOf(gvk),
 		Name:      nameOf(obj),
 		Namespace: namespaceOf(obj),
 		UserInfo:  s.userInfo,
 		Mode:      admission.ModeCLI,
 	}
+	req.Kind, req.Resource, req.SubResource = s.requestResource(gvkOf(obj))
 	switch op {
 	case admission.OpUpdate:
 		req.Object, req.OldObject = obj, obj
@@ -200,10 +214,43 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) []resp
 	}
 	req.Fill()
 	d := s.policySet.Evaluate(ctx, req, &engine.EvalOptions{Context: s.context})
-	var k8s, json []response
+	// the resource as the mutations left it: the patched resource of every
+	// mutating policy's response, and what the validations saw
+	patched := obj
+	if d.Mutated != nil {
+		patched = d.Mutated
+	}
+	// MutatingAdmissionPolicies first, then MutatingPolicies, as the CLI
+	// lists them
+	k8s := s.mapResponses(d, patched)
+	var json []response
+	for _, p := range s.mpols {
+		resp := response{policyKind: p.Kind, policyName: p.Name, resource: patched}
+		if r, ok := mpolResultOf(d, p); ok {
+			resp.results = []outcome.Result{r}
+		} else if simpleVariants(p) {
+			// the CLI drops an empty response of a policy (or autogen
+			// variant) whose only constraint is one plain resource rule
+			continue
+		}
+		k8s = append(k8s, resp)
+	}
+	var targets []response
+	if len(s.targets) > 0 && s.hasMutateExisting() {
+		var err error
+		if targets, err = s.mutateTargets(ctx, req); err != nil {
+			return nil, nil, err
+		}
+		// the CLI also lists them among the resource's responses, with
+		// an empty patched resource
+		for _, t := range targets {
+			t.resource, t.patchedTarget = map[string]any{}, nil
+			k8s = append(k8s, t)
+		}
+	}
 	for _, p := range s.policies {
 		jsonMode := p.Spec.EvaluationMode() == kyvernoapi.EvaluationModeJSON
-		resp := response{policyKind: p.Kind, policyName: p.Name, resource: obj}
+		resp := response{policyKind: p.Kind, policyName: p.Name, resource: patched}
 		if r, ok := resultOf(d, p); ok {
 			resp.results = []outcome.Result{r}
 		} else if jsonMode || simpleMatch(p.Spec.MatchConstraints) {
@@ -217,8 +264,121 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) []resp
 			k8s = append(k8s, resp)
 		}
 	}
-	k8s = append(k8s, s.vapResponses(d, obj)...)
-	return append(k8s, json...)
+	k8s = append(k8s, s.vapResponses(d, patched)...)
+	return append(k8s, json...), targets, nil
+}
+
+// requestResource returns the kind, resource and subresource of a request
+// on a resource: a kind the values' subresources name is requested as that
+// subresource of its parent resource (a v1 Binding as pods/binding, with
+// kind Binding), as the API server requests it; others as themselves.
+//
+// Deliberate difference: Kyverno 1.19's CLI evaluates CEL policies on the
+// parent's kind with no subresource (so `pods/binding` never matches);
+// the suites written after it expect the API server's request.
+func (s *Suite) requestResource(gvk schema.GroupVersionKind) (schema.GroupVersionKind, schema.GroupVersionResource, string) {
+	if s.values != nil {
+		for _, sub := range s.values.Subresources {
+			sg := schema.GroupVersionKind{Group: sub.Subresource.Group, Version: sub.Subresource.Version, Kind: sub.Subresource.Kind}
+			if gvk != sg {
+				continue
+			}
+			parent := schema.GroupVersionKind{Group: sub.ParentResource.Group, Version: sub.ParentResource.Version, Kind: sub.ParentResource.Kind}
+			gvr := s.gvrOf(parent)
+			name, subresource, ok := strings.Cut(sub.Subresource.Name, "/")
+			if ok && name != "" {
+				gvr.Resource = name
+			}
+			return gvk, gvr, subresource
+		}
+	}
+	return gvk, s.gvrOf(gvk), ""
+}
+
+// hasMutateExisting says whether a policy of the suite mutates existing
+// resources (evaluation.mutateExisting.enabled).
+func (s *Suite) hasMutateExisting() bool {
+	for _, p := range s.mpols {
+		if p.Spec.MutateExistingEnabled() {
+			return true
+		}
+	}
+	return false
+}
+
+// mutateTargets evaluates the mutate-existing policies that a request on a
+// resource sets off on the suite's targets (its targetResources). Each
+// result is one response; a pass carries the target as every policy left
+// it. An expression that cannot select targets fails the test, as in the
+// CLI.
+func (s *Suite) mutateTargets(ctx context.Context, req *admission.Request) ([]response, error) {
+	targets := make([]engine.Target, len(s.targets))
+	for i, t := range s.targets {
+		targets[i] = engine.Target{Object: t.Object, Resource: s.gvrOf(gvkOf(t.Object))}
+	}
+	res := s.policySet.MutateExisting(ctx, req, targets, &engine.EvalOptions{Context: s.targetContext})
+	if len(res.Errors) > 0 {
+		msgs := make([]string, len(res.Errors))
+		for i, e := range res.Errors {
+			msgs[i] = fmt.Sprintf("policy %s: %s", e.Policy, e.Message)
+		}
+		return nil, s.errorf("targetResources", "failed to discover the targets of %s %s: %s", req.Kind.Kind, displayKey(resourceKey(req.Object)), strings.Join(msgs, "; "))
+	}
+	var out []response
+	for _, tr := range res.Targets {
+		for _, r := range tr.Results {
+			resp := response{policyKind: r.PolicyKind, policyName: r.PolicyName, results: []outcome.Result{r}}
+			if r.Result == outcome.Pass {
+				resp.patchedTarget = tr.Patched
+			}
+			out = append(out, resp)
+		}
+	}
+	return out, nil
+}
+
+// targetResponses are the responses of the targets: for each target, the
+// responses whose patched target is that object (apiVersion, kind,
+// namespace, name), as the CLI's target map.
+func (s *Suite) targetResponses(resps []response) *responses {
+	out := newResponses()
+	for _, t := range s.targets {
+		for _, resp := range resps {
+			p := resp.patchedTarget
+			if p == nil {
+				continue
+			}
+			ns := namespaceOf(t.Object)
+			if ns == "" {
+				ns = namespaceOf(p)
+			}
+			if gvkOf(p) == gvkOf(t.Object) && nameOf(p) == nameOf(t.Object) && namespaceOf(p) == ns {
+				out.add(t.Key, resp)
+			}
+		}
+	}
+	return out
+}
+
+func mpolResultOf(d *engine.Decision, p *mpol.Policy) (outcome.Result, bool) {
+	for _, r := range d.Results {
+		if r.PolicyKind == p.Kind && r.PolicyName == p.Name && r.PolicyNamespace == p.Namespace {
+			return r, true
+		}
+	}
+	return outcome.Result{}, false
+}
+
+// simpleVariants says whether the CLI drops the empty responses of a
+// MutatingPolicy and of each of its autogen variants (each is a response
+// of its own there): every one's matchConstraints are simple.
+func simpleVariants(p *mpol.Policy) bool {
+	for _, m := range p.VariantConstraints() {
+		if !simpleMatch(m) {
+			return false
+		}
+	}
+	return true
 }
 
 // evalJSON evaluates the JSON-mode policies on a JSON payload (only
@@ -315,66 +475,76 @@ func displayKey(key string) string {
 	return strings.ReplaceAll(key, ",", "/")
 }
 
-// selectKeys returns the response keys an expectation names: by name or
-// namespace/name (and resourceSpecs), or every key when it names none that
-// exists.
-func selectKeys(t TestResult, rs *responses) []string {
+// selectKeys returns the response keys an expectation names, among the
+// targets' then the resources' (a key in both is named twice): by name or
+// namespace/name (and resourceSpecs), or every key when it names none
+// that exists.
+func selectKeys(t TestResult, maps ...*responses) []string {
 	var keys []string
 	if t.Resources != nil {
 		for _, r := range t.Resources {
 			nsName := strings.Split(r, "/")
-			for _, key := range rs.keys {
-				parts := strings.Split(key, ",")
-				switch len(nsName) {
-				case 1:
-					if r == parts[len(parts)-1] {
-						keys = append(keys, key)
-					}
-				case 2:
-					if len(parts) >= 2 && nsName[0] == parts[len(parts)-2] && nsName[1] == parts[len(parts)-1] {
-						keys = append(keys, key)
+			for _, rs := range maps {
+				for _, key := range rs.keys {
+					parts := strings.Split(key, ",")
+					switch len(nsName) {
+					case 1:
+						if r == parts[len(parts)-1] {
+							keys = append(keys, key)
+						}
+					case 2:
+						if len(parts) >= 2 && nsName[0] == parts[len(parts)-2] && nsName[1] == parts[len(parts)-1] {
+							keys = append(keys, key)
+						}
 					}
 				}
 			}
 		}
 		for _, spec := range t.ResourceSpecs {
-			for _, key := range rs.keys {
-				parts := strings.Split(key, ",")
-				if len(parts) < 4 {
-					continue
-				}
-				gv := spec.Version
-				if spec.Group != "" {
-					gv = spec.Group + "/" + spec.Version
-				}
-				if gv != parts[0] || spec.Namespace != parts[len(parts)-2] {
-					continue
-				}
-				if spec.Name == parts[len(parts)-1] {
-					keys = append(keys, key)
+			for _, rs := range maps {
+				for _, key := range rs.keys {
+					parts := strings.Split(key, ",")
+					if len(parts) < 4 {
+						continue
+					}
+					gv := spec.Version
+					if spec.Group != "" {
+						gv = spec.Group + "/" + spec.Version
+					}
+					if gv != parts[0] || spec.Namespace != parts[len(parts)-2] {
+						continue
+					}
+					if spec.Name == parts[len(parts)-1] {
+						keys = append(keys, key)
+					}
 				}
 			}
 		}
 	}
 	if len(keys) == 0 {
-		keys = append(keys, rs.keys...)
+		for _, rs := range maps {
+			keys = append(keys, rs.keys...)
+		}
 	}
 	return keys
 }
 
-func (c *checker) check(t TestResult, rs *responses) {
+// check checks an expectation against the responses of the resources
+// (trigger) and of the targets of mutate-existing policies (target), as
+// the CLI's printTestResult does.
+func (c *checker) check(t TestResult, trigger, target *responses) {
 	policyName := lastSegment(t.Policy)
-	for _, key := range selectKeys(t, rs) {
+	for _, key := range selectKeys(t, target, trigger) {
 		var rows []Row
 		skipped := false
-		for _, resp := range rs.byKey[key] {
+		for _, resp := range trigger.byKey[key] {
 			if resp.policyName != policyName {
 				continue
 			}
 			// Arbiter's policy kinds are rule-less: every rule response
 			// is checked, whatever rule the expectation names
 			for _, r := range resp.results {
-				ok, message, reason := c.checkResult(t, resp, r)
+				ok, message, reason := c.checkResult(t, resp.resource, r)
 				if !t.FailOnMissingResources && strings.Contains(message, "not found in manifest") {
 					skipped = true
 					continue
@@ -384,6 +554,19 @@ func (c *checker) check(t TestResult, rs *responses) {
 			if len(rows) == 0 && !skipped {
 				// no rule response: the resource was excluded, a pass
 				rows = append(rows, c.excluded(t, key))
+			}
+		}
+		// A target's responses are those carrying it patched, whatever
+		// their policy (the CLI does not compare the policy here), each
+		// compared with its patched target.
+		for _, resp := range target.byKey[key] {
+			for _, r := range resp.results {
+				if r.Result != outcome.Pass {
+					continue
+				}
+				ok, message, reason := c.checkResult(t, resp.patchedTarget, r)
+				rows = append(rows, c.row(t, r.Rule, key, ok, message, reason))
+				break
 			}
 		}
 		if len(rows) == 0 && !skipped {
@@ -431,9 +614,9 @@ func (c *checker) notFound(t TestResult, key string) Row {
 }
 
 // checkResult compares a rule response with an expectation: expected
-// patched/generated resources first, then the result word.
-func (c *checker) checkResult(t TestResult, resp response, r outcome.Result) (bool, string, string) {
-	actual := resp.resource
+// patched/generated resources (compared with actual) first, then the
+// result word.
+func (c *checker) checkResult(t TestResult, actual map[string]any, r outcome.Result) (bool, string, string) {
 	if t.PatchedResources != "" {
 		if ok, msg, reason := c.compareResource(actual, t.PatchedResources, "PatchedResources", "Patched resource didn't match the patched resource in the test result"); !ok {
 			return false, msg, reason
@@ -470,10 +653,50 @@ func (c *checker) compareResource(actual map[string]any, file, what, diffMsg str
 	if err != nil {
 		return false, fmt.Sprintf("error: failed to load %s resource (%v)", what, err), "Resource error"
 	}
-	if !reflect.DeepEqual(tidy(toFloats(deepCopy(actual))), tidy(toFloats(deepCopy(expected)))) {
+	a, e := deepCopy(actual).(map[string]any), deepCopy(expected).(map[string]any)
+	fixupGenerateLabels(a)
+	fixupGenerateLabels(e)
+	// The CLI's comparison: the JSON merge patch from the tidied actual
+	// object to the tidied expected one must be empty, i.e. their JSON is
+	// equal (numbers as numbers, lists whole and in order).
+	if !reflect.DeepEqual(tidy(toFloats(a)), tidy(toFloats(e))) {
 		return false, diffMsg, "Resource diff"
 	}
 	return true, "", "Ok"
+}
+
+// fixupGenerateLabels does what the CLI does to both objects before
+// comparing them: their labels become those not prefixed
+// generate.kyverno.io/ plus app.kubernetes.io/managed-by: kyverno (so an
+// object without labels equals one with only that label). Labels that are
+// not all strings are dropped, as the CLI's unstructured reading drops them.
+func fixupGenerateLabels(obj map[string]any) {
+	labels := map[string]any{"app.kubernetes.io/managed-by": "kyverno"}
+	md, ok := obj["metadata"].(map[string]any)
+	if _, present := obj["metadata"]; present && !ok {
+		return // the CLI cannot set labels under a metadata that is not an object
+	}
+	if md == nil {
+		md = map[string]any{}
+		obj["metadata"] = md
+	}
+	if current, ok := md["labels"].(map[string]any); ok {
+		strs := true
+		for _, v := range current {
+			if _, ok := v.(string); !ok {
+				strs = false
+				break
+			}
+		}
+		if strs {
+			for k, v := range current {
+				if !strings.HasPrefix(k, "generate.kyverno.io/") {
+					labels[k] = v
+				}
+			}
+		}
+	}
+	md["labels"] = labels
 }
 
 // tidy drops nulls, empty maps and empty lists, as the CLI's comparison does.

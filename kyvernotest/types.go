@@ -3,10 +3,13 @@
 // `kyverno test` (Kyverno 1.19, cmd/cli/kubectl-kyverno/commands/test): the
 // same inputs (policies, resources, exceptions, values/variables, userinfo,
 // context, clusterResources, apiCallResponses, globalContextEntries, JSON
-// payloads), the same way of matching expected results to engine responses
-// (policy by its last "/" segment, resource by name or namespace/name, the
-// rule ignored for rule-less policy kinds, "Excluded" passes, "Not found"
-// failures) and the same counting.
+// payloads, targetResources), the same way of matching expected results to
+// engine responses (policy by its last "/" segment, resource by name or
+// namespace/name among the resources and the targets of mutate-existing
+// policies, the rule ignored for rule-less policy kinds, "Excluded"
+// passes, "Not found" failures), the same comparison of patchedResources
+// (found by apiVersion, kind, namespace and name, a missing one skipping
+// the row; labels fixed up, tidied, equal as JSON) and the same counting.
 package kyvernotest
 
 import (

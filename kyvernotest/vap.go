@@ -29,13 +29,11 @@ import (
 const implicitBindingPrefix = "kyverno-cli-implicit-"
 
 // prepareVAP returns the policy objects of a suite ready for Arbiter: the
-// VAPs and bindings completed as described above, and the param
-// resources, which the engine takes as params of the policies whose
-// paramKind names their kind.
-func prepareVAP(objs []*manifest.Object, params []*Resource) []*manifest.Object {
+// VAPs and bindings completed as described above.
+func prepareVAP(objs []*manifest.Object) []*manifest.Object {
 	bound := map[string]bool{}
 	var policies []*manifest.Object
-	out := make([]*manifest.Object, 0, len(objs)+len(params))
+	out := make([]*manifest.Object, 0, len(objs))
 	for _, o := range objs {
 		switch engine.Classify(o) {
 		case engine.ClassVAP:
@@ -66,11 +64,6 @@ func prepareVAP(objs []*manifest.Object, params []*Resource) []*manifest.Object 
 				"validationActions": []any{"Deny"},
 			},
 		}))
-	}
-	if len(policies) > 0 {
-		for _, r := range params {
-			out = append(out, manifest.NewObject(r.Source, r.Object))
-		}
 	}
 	return out
 }

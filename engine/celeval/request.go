@@ -43,6 +43,11 @@ type Config struct {
 	// ExactCost runs every program with cost tracking (slower; the
 	// untracked fast path is charged static estimates instead).
 	ExactCost bool
+	// Request, when set, is what the `request` variable renders instead of
+	// the evaluated request: a mutate-existing target is evaluated as
+	// `object` within its trigger's request. Its objects are not measured
+	// for the cost estimates: set ExactCost with it.
+	Request *admission.Request
 }
 
 // Request is the evaluation of one request by the Kyverno CEL policy kinds:

@@ -192,7 +192,11 @@ func (st *State) ResolveName(name string) (any, bool) {
 		return st.rq.oldObject, true
 	case celenv.RequestVar:
 		if st.rq.request == nil {
-			st.rq.request = jsonval.Of(st.rq.req.Value())
+			r := st.rq.req
+			if st.rq.cfg.Request != nil {
+				r = st.rq.cfg.Request
+			}
+			st.rq.request = jsonval.Of(r.Value())
 		}
 		return st.rq.request, true
 	case celenv.NamespaceObjectVar:

@@ -98,7 +98,7 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 			}
 			var mutated map[string]any
 			var sizes manifest.Sizes
-			r, mutated, sizes = s.evalVariant(rq, e, v)
+			r, mutated, sizes = s.evalVariant(rq, e, v, v.matchConditions)
 			if mutated != nil {
 				if background {
 					if r.Result == outcome.Pass && !patch.Equal(mutated, original) {
@@ -129,11 +129,12 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 }
 
 // evalVariant evaluates a matched policy variant on the object as mutated
-// so far: exceptions, matchConditions, the mutations in order (each on the
-// previous one's result), audit annotations. It returns the result and the
-// mutated object (nil when the policy did not apply its mutations: skip,
+// so far: exceptions, conditions (the matchConditions, or a target's
+// targetMatchConditions), the mutations in order (each on the previous
+// one's result), audit annotations. It returns the result and the mutated
+// object (nil when the policy did not apply its mutations: skip,
 // exemption, error).
-func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant) (outcome.Result, map[string]any, manifest.Sizes) {
+func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program) (outcome.Result, map[string]any, manifest.Sizes) {
 	p := v.policy
 	mode := rq.Attributes().Mode
 	if err := rq.Stopped(); err != nil {
@@ -156,14 +157,14 @@ func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant) (outcome.Re
 		// Each run starts from the object the policy found (a rerun with
 		// exact cost tracking discards the first run's mutations).
 		rq.Restore(before)
-		r, obj, sizes := s.evalVariantOnce(rq, e, v, st)
+		r, obj, sizes := s.evalVariantOnce(rq, e, v, conds, st)
 		return ret{r, obj, sizes}
 	})
 	rq.Restore(before)
 	return o.r, o.obj, o.sizes
 }
 
-func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *celeval.State) (outcome.Result, map[string]any, manifest.Sizes) {
+func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program, st *celeval.State) (outcome.Result, map[string]any, manifest.Sizes) {
 	p := v.policy
 	mode := rq.Attributes().Mode
 	fail := func(err error) (outcome.Result, map[string]any, manifest.Sizes) {
@@ -183,7 +184,7 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *cel
 	}
 	st.SetExceptions(ver.AllowedImages, ver.AllowedValues)
 	st.Label(outcome.PhaseMatchCondition, "", "")
-	matched, err := st.Match(v.matchConditions, admissionregistrationv1.Fail)
+	matched, err := st.Match(conds, admissionregistrationv1.Fail)
 	if err != nil {
 		return fail(err)
 	}

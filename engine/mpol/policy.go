@@ -36,10 +36,15 @@ type Policy struct {
 	target *target
 }
 
-// target is what a mutate-existing policy mutates.
+// target is what a mutate-existing policy mutates: the compiled
+// targetMatchConstraints and targetMatchConditions.
 type target struct {
-	match *admission.Matcher // nil when only an expression selects
-	expr  *celeval.Program
+	// match is targetMatchConstraints' resource rules with every
+	// operation (nil: it has none, the variants' own matchConstraints
+	// select targets).
+	match *admission.Matcher
+	// expr is targetMatchConstraints.expression (nil: none).
+	expr *celeval.Program
 	// conditions are the targetMatchConditions, evaluated on each target
 	// instead of the matchConditions.
 	conditions []*celeval.Program
@@ -65,9 +70,16 @@ func (p *Policy) MutateExisting() bool { return p.Spec.IsMutateExisting() }
 type variant struct {
 	policy *Policy
 	// config is "" for the policy itself, else "defaults" or "cronjobs".
-	config           string
-	templatePath     string
-	match            *admission.Matcher
+	config       string
+	templatePath string
+	// constraints are the variant's matchConstraints (autogen's for an
+	// autogen variant).
+	constraints *admissionregistrationv1.MatchResources
+	match       *admission.Matcher
+	// targetMatch is constraints with every operation: what selects the
+	// targets of a mutate-existing policy without targetMatchConstraints
+	// resource rules or expression.
+	targetMatch      *admission.Matcher
 	matchConditions  []*celeval.Program
 	mutations        []*mutationProg
 	auditAnnotations []*auditAnnotation
@@ -89,7 +101,10 @@ type auditAnnotation struct {
 var (
 	objectType    = types.NewObjectType(celenv.ApplyConfigurationTypeName)
 	jsonPatchList = types.NewListType(types.NewObjectType("JSONPatch"))
-	targetMapType = types.NewMapType(types.StringType, types.DynType)
+	// targetMapType is the type a targetMatchConstraints expression must
+	// have, exactly (Kyverno's compiler): what resource.get and
+	// resource.list return.
+	targetMapType = types.NewMapType(types.StringType, types.AnyType)
 )
 
 // Compile loads and compiles one MutatingPolicy or NamespacedMutatingPolicy.
@@ -163,10 +178,13 @@ func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError)
 		}
 		p.variants = append(p.variants, v)
 	}
-	if t := spec.TargetMatchConstraints; t != nil {
+	if t := spec.TargetMatchConstraints; t != nil || len(spec.TargetMatchConditions) > 0 {
 		p.target = &target{}
+		if t == nil {
+			t = &TargetMatchConstraints{}
+		}
 		if len(t.ResourceRules) > 0 {
-			m, field, err := admission.CompileMatch(&t.MatchResources, "spec.targetMatchConstraints")
+			m, field, err := admission.CompileMatch(anyOperation(&t.MatchResources), "spec.targetMatchConstraints")
 			if err != nil {
 				return nil, manifest.Errorf(o, field, "%v", err)
 			}
@@ -189,7 +207,7 @@ func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError)
 			if err != nil {
 				return nil, manifest.Errorf(o, "spec.targetMatchConstraints.expression", "%v", err)
 			}
-			if out := ast.OutputType(); !out.IsExactType(targetMapType) && !out.IsExactType(types.DynType) {
+			if !ast.OutputType().IsExactType(targetMapType) {
 				return nil, manifest.Errorf(o, "spec.targetMatchConstraints.expression", "output type must be a map")
 			}
 			p.target.expr = prg
@@ -246,13 +264,16 @@ func AutogenVariants(spec *MutatingPolicySpec) []AutogenVariant {
 func compileVariant(env *celenv.Env, o *manifest.Object, p *Policy, cfg autogen.Config,
 	match *admissionregistrationv1.MatchResources, conds []admissionregistrationv1.MatchCondition, muts []admissionregistrationv1.Mutation) (*variant, *manifest.LoadError) {
 	spec := p.Spec
-	v := &variant{policy: p, config: cfg.Name, templatePath: cfg.TemplatePath}
+	v := &variant{policy: p, config: cfg.Name, templatePath: cfg.TemplatePath, constraints: match}
 	v.scope = celeval.Scope{Policy: p.Key(), Variant: cfg.Name, Namespace: p.Namespace}
 	m, field, err := admission.CompileMatch(match, "spec.matchConstraints")
 	if err != nil {
 		return nil, manifest.Errorf(o, field, "%v", err)
 	}
 	v.match = m
+	if v.targetMatch, _, err = admission.CompileMatch(anyOperation(match), "spec.matchConstraints"); err != nil {
+		return nil, manifest.Errorf(o, field, "%v", err)
+	}
 	penv, err := env.ForMutatingPolicy(p.Namespaced())
 	if err != nil {
 		return nil, manifest.Errorf(o, "spec", "%v", err)
@@ -334,6 +355,29 @@ func (p *Policy) Resources() []string {
 		out = v.match.Resources(seen, out)
 	}
 	return out
+}
+
+// VariantConstraints returns the matchConstraints of the policy, then
+// those of its autogen variants, in evaluation order.
+func (p *Policy) VariantConstraints() []*admissionregistrationv1.MatchResources {
+	out := make([]*admissionregistrationv1.MatchResources, len(p.variants))
+	for i, v := range p.variants {
+		out[i] = v.constraints
+	}
+	return out
+}
+
+// anyOperation returns match resources whose resource rules match every
+// operation: how Kyverno selects the targets of a mutate-existing policy
+// (operations are not considered; exclusions keep theirs).
+func anyOperation(mr *admissionregistrationv1.MatchResources) *admissionregistrationv1.MatchResources {
+	out := *mr
+	out.ResourceRules = make([]admissionregistrationv1.NamedRuleWithOperations, len(mr.ResourceRules))
+	for i, r := range mr.ResourceRules {
+		out.ResourceRules[i] = r
+		out.ResourceRules[i].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
+	}
+	return &out
 }
 
 // AutogenConfigs returns the autogen configurations the policy is also

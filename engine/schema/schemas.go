@@ -74,11 +74,15 @@ func NewSchemas(crds ...map[string]any) (*Schemas, error) {
 }
 
 // For is the converter of gvk: the built-in one for a kind of client-go's
-// scheme that the built-in schema describes, else the converter of the CRD
-// that defines it, else nil (never the deduced converter: see Deduced).
+// scheme that the built-in schema describes, else that of a subresource
+// body it does not describe (SubresourceBody), else the converter of the
+// CRD that defines it, else nil (never the deduced converter: see Deduced).
 func (s *Schemas) For(gvk k8sschema.GroupVersionKind) managedfields.TypeConverter {
 	if IsBuiltin(gvk) {
 		return Builtin()
+	}
+	if c := SubresourceBody(gvk); c != nil {
+		return c
 	}
 	if s != nil {
 		if c := s.crds[gvk]; c != nil {

@@ -19,7 +19,6 @@ import (
 	"runtime"
 	"time"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/client"
@@ -28,6 +27,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	results "github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/patch"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	"github.com/arbiter-pdp/arbiter/internal/parallel"
@@ -145,11 +145,44 @@ func (f *finisher) finishReport(i int, oc *outcome, js []byte, sum *arbiterv1.Re
 // (--server: the patch applied to the resource's JSON).
 func (oc *outcome) applyPatch() {
 	if p := oc.decision.GetPatch(); len(p) > 0 && oc.admitted == nil && oc.object != nil {
-		if ops, err := jsonpatch.DecodePatch(p); err == nil {
-			oc.admitted, _ = ops.Apply(oc.object)
-		}
+		oc.admitted, _ = applyJSONPatch(oc.object, p)
 	}
 	oc.object = nil
+}
+
+// applyJSONPatch applies an RFC 6902 patch (the server's) to a JSON object
+// with the engine's patch code (the server made the patch with it).
+func applyJSONPatch(object, p []byte) ([]byte, error) {
+	var raw []struct {
+		Op    string          `json:"op"`
+		Path  string          `json:"path"`
+		From  string          `json:"from"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(p, &raw); err != nil {
+		return nil, fmt.Errorf("patch: %w", err)
+	}
+	obj, err := manifest.DecodeJSON(object)
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]patch.Op, len(raw))
+	for i, r := range raw {
+		ops[i] = patch.Op{Op: r.Op, Path: r.Path, From: r.From, Value: patch.NoValue{}}
+		if r.Value != nil {
+			// Decoded as the engine decodes objects (integers as int64).
+			wrapped, err := manifest.DecodeJSON(append(append([]byte(`{"v":`), r.Value...), '}'))
+			if err != nil {
+				return nil, fmt.Errorf("patch[%d].value: %w", i, err)
+			}
+			ops[i].Value = wrapped["v"]
+		}
+	}
+	out, err := patch.ApplyJSONPatch(obj, ops)
+	if err != nil {
+		return nil, err
+	}
+	return jsonenc.AppendValue(nil, out)
 }
 
 // appendAdmitted appends the admitted resource of a mutated outcome as an
@@ -158,15 +191,11 @@ func (oc *outcome) appendAdmitted(buf []byte) []byte {
 	if oc.admitted == nil {
 		return buf
 	}
-	var v any
-	if json.Unmarshal(oc.admitted, &v) != nil {
+	var b bytes.Buffer
+	if json.Indent(&b, oc.admitted, "  ", "  ") != nil {
 		return buf
 	}
-	b, err := json.MarshalIndent(v, "  ", "  ")
-	if err != nil {
-		return buf
-	}
-	buf = append(buf, b...)
+	buf = append(buf, b.Bytes()...)
 	oc.admitted = nil
 	return append(buf, ",\n  "...)
 }

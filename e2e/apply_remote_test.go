@@ -108,3 +108,35 @@ func TestApplyAgainstServer(t *testing.T) {
 		t.Fatalf("refused item: output is not the reports before it, cut short:\n%s", out)
 	}
 }
+
+// apply -o json|yaml with MutatingPolicies: each mutated resource, as it
+// would be admitted, comes before its PolicyReport — the server's patch
+// applied here with --server, the engine's result locally — and both
+// print the same, byte for byte.
+func TestApplyMutatedAgainstServer(t *testing.T) {
+	policies, mutations := "../deploy/examples/pod-security", "../engine/testdata/bench/mutating"
+	primary := startPrimary(t, "--load", policies, "--load", mutations)
+	pods := []string{"../docs/tour/compliant-pod.yaml", "../docs/tour/root-pod.yaml", "testdata/reports"}
+	for _, format := range []string{"json", "yaml"} {
+		remote, errOut, code := run(t, append([]string{"apply", "--server", primary.addr, "-o", format}, pods...)...)
+		local, errLocal, codeLocal := run(t, append([]string{"apply", "--mode", "admission", "-o", format, policies, mutations}, pods...)...)
+		if code != codeLocal || remote != local {
+			t.Fatalf("-o %s: --server (exit %d) and local (exit %d) differ:\n%s%s\n----\n%s%s", format, code, codeLocal, remote, errOut, local, errLocal)
+		}
+		if !strings.Contains(remote, "cluster-autoscaler.kubernetes.io/safe-to-evict") || !strings.Contains(remote, "RuntimeDefault") {
+			t.Fatalf("-o %s: the mutated resources are missing:\n%s", format, remote)
+		}
+	}
+	out, _, _ := run(t, append([]string{"apply", "--server", primary.addr, "-o", "json"}, pods[0])...)
+	var docs []map[string]any
+	if err := json.Unmarshal([]byte(out), &docs); err != nil || len(docs) != 2 {
+		t.Fatalf("one mutated Pod: want the Pod then its report: %v\n%s", err, out)
+	}
+	if docs[0]["kind"] != "Pod" || docs[1]["kind"] != "PolicyReport" {
+		t.Fatalf("order: %v, %v", docs[0]["kind"], docs[1]["kind"])
+	}
+	ann, _ := docs[0]["metadata"].(map[string]any)["annotations"].(map[string]any)
+	if ann["cluster-autoscaler.kubernetes.io/safe-to-evict"] != "true" {
+		t.Fatalf("the Pod is not as admitted: %v", docs[0])
+	}
+}

@@ -40,14 +40,19 @@ type State struct {
 	exact bool
 	// inexact is set when charged estimates exceeded the budget.
 	inexact bool
-	// lbl says what is being evaluated (for traces).
-	lbl traceLabel
+	// lbl says what is being evaluated (for traces: set only when traced).
+	lbl    traceLabel
+	isTraced bool
 }
 
 func (st *State) reset(rq *Request, scope *Scope, exact bool) {
-	*st = State{rq: rq, scope: scope, exact: exact, exceptions: &noExceptions}
+	// Field by field: the variables' array is cleared only as far as used.
+	st.rq, st.scope, st.exact, st.exceptions = rq, scope, exact, &noExceptions
+	st.cost, st.libs, st.inexact = 0, nil, false
+	st.lbl, st.isTraced = traceLabel{}, rq.cfg.Trace != nil
 	st.varsStore = varsValue{st: st}
 	if n := len(scope.Variables); n <= len(st.varsArray) {
+		clear(st.varsArray[:n])
 		st.varsStore.values = st.varsArray[:n]
 	} else {
 		st.varsStore.values = make([]ref.Val, n)
@@ -160,7 +165,9 @@ func (st *State) Eval(p *Program) (ref.Val, error) {
 func (st *State) Match(conds []*Program, fp admissionregistrationv1.FailurePolicyType) (bool, error) {
 	var errs []string
 	for i, c := range conds {
-		st.lbl.name = Index(i)
+		if st.isTraced {
+			st.lbl.name = Index(i)
+		}
 		out, err := st.Eval(c)
 		var ok bool
 		if err == nil {
@@ -229,7 +236,9 @@ type traceLabel struct {
 
 // Label labels the next evaluations (for traces).
 func (st *State) Label(phase, name, exception string) {
-	st.lbl = traceLabel{phase: phase, name: name, exception: exception}
+	if st.isTraced {
+		st.lbl = traceLabel{phase: phase, name: name, exception: exception}
+	}
 }
 
 // Index names the i-th item of a list in traces.
@@ -281,7 +290,9 @@ func (m *varsValue) resolve(i int) ref.Val {
 		return v
 	}
 	prev := m.st.lbl
-	m.st.lbl = traceLabel{phase: outcome.PhaseVariable, name: m.st.scope.Variables[i].Name}
+	if m.st.isTraced {
+		m.st.lbl = traceLabel{phase: outcome.PhaseVariable, name: m.st.scope.Variables[i].Name}
+	}
 	out, err := m.st.Eval(m.st.scope.Variables[i].Prog)
 	m.st.lbl = prev
 	if err != nil {

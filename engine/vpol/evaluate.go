@@ -71,15 +71,18 @@ func (s *Set) Evaluate(rq *celeval.Request, out *outcome.Outcome) {
 		if !applies(p, req) {
 			continue
 		}
-		var r outcome.Result
-		var info resultInfo
 		v, err := p.match(rq)
+		if err == nil && v == nil {
+			continue
+		}
+		// The result is made in its place among the results.
+		out.Results = append(out.Results, outcome.Result{})
+		r := &out.Results[len(out.Results)-1]
+		var info resultInfo
 		switch {
 		case err != nil:
-			r, info = result(rq, p, outcome.RuleMatch, outcome.Error, "failed to execute matching: "+err.Error(), nil)
+			info = result(r, rq, p, outcome.RuleMatch, outcome.Error, "failed to execute matching: "+err.Error(), nil)
 			r.Cause = outcome.CauseMatch
-		case v == nil:
-			continue
 		default:
 			if rq.Traced() {
 				what := "matched the policy's resource rules"
@@ -88,16 +91,16 @@ func (s *Set) Evaluate(rq *celeval.Request, out *outcome.Outcome) {
 				}
 				rq.Note(p.Key(), v.config, outcome.PhaseMatch, "", what)
 			}
-			r, info = evalVariant(rq, e, v)
+			info = evalVariant(r, rq, e, v)
 		}
 		if req.Mode == admission.ModeBackground && r.Cause == outcome.CauseMatchConditions {
+			out.Results = out.Results[:len(out.Results)-1]
 			continue
 		}
 		r.Expired = e.bound.Expired(rq.Now())
 		if rq.Traced() {
-			rq.Note(p.Key(), "", outcome.PhaseResult, strings.Join(r.Exceptions(), ", "), Explain(&r))
+			rq.Note(p.Key(), "", outcome.PhaseResult, strings.Join(r.Exceptions(), ", "), Explain(r))
 		}
-		out.Results = append(out.Results, r)
 		infos = append(infos, info)
 	}
 	applyActions(out, infos)
@@ -143,8 +146,8 @@ func (in *resultInfo) verb() string {
 	return "failed"
 }
 
-func result(rq *celeval.Request, p *Policy, rule, res, message string, props map[string]string) (outcome.Result, resultInfo) {
-	r := outcome.Result{
+func result(r *outcome.Result, rq *celeval.Request, p *Policy, rule, res, message string, props map[string]string) resultInfo {
+	*r = outcome.Result{
 		Policy:          p.Key(),
 		PolicyName:      p.Name,
 		PolicyNamespace: p.Namespace,
@@ -169,7 +172,7 @@ func result(rq *celeval.Request, p *Policy, rule, res, message string, props map
 	if res == outcome.Fail && !p.scored {
 		r.Result = outcome.Warn
 	}
-	return r, resultInfo{policy: p, status: res, ruleMessage: message}
+	return resultInfo{policy: p, status: res, ruleMessage: message}
 }
 
 // processProps are the read-only properties of results that carry only the process.
@@ -197,56 +200,50 @@ func process(mode admission.Mode, p *Policy) string {
 
 // evalVariant evaluates a matched policy variant: exceptions (with their
 // compensating controls), matchConditions, validations, audit annotations.
-func evalVariant(rq *celeval.Request, e *entry, v *variant) (outcome.Result, resultInfo) {
+func evalVariant(r *outcome.Result, rq *celeval.Request, e *entry, v *variant) resultInfo {
 	p := v.policy
 	if err := rq.Stopped(); err != nil {
-		r, info := result(rq, p, outcome.RuleEvaluation, outcome.Error, err.Error()+"; the policy was not evaluated", nil)
+		info := result(r, rq, p, outcome.RuleEvaluation, outcome.Error, err.Error()+"; the policy was not evaluated", nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, info
+		return info
 	}
 	if rq.BudgetSpent() {
-		r, info := result(rq, p, outcome.RuleEvaluation, outcome.Error, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", rq.Budget(), rq.Cost()), nil)
+		info := result(r, rq, p, outcome.RuleEvaluation, outcome.Error, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", rq.Budget(), rq.Cost()), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, info
+		return info
 	}
-	type ret struct {
-		r    outcome.Result
-		info resultInfo
-	}
-	o := celeval.Run(rq, &v.scope, func(st *celeval.State) ret {
-		r, info := evalVariantOnce(rq, e, v, st)
-		return ret{r, info}
+	return celeval.Run(rq, &v.scope, func(st *celeval.State) resultInfo {
+		return evalVariantOnce(r, rq, e, v, st)
 	})
-	return o.r, o.info
 }
 
-func evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *celeval.State) (outcome.Result, resultInfo) {
+func evalVariantOnce(r *outcome.Result, rq *celeval.Request, e *entry, v *variant, st *celeval.State) resultInfo {
 	p := v.policy
 	ver := e.bound.Evaluate(st, p.Namespaced(), p.failurePolicy, exception.ErrorStops)
 	if ver.Err != nil {
-		r, info := result(rq, p, outcome.RuleEvaluation, outcome.Error, "failed to load context: "+ver.Err.Error(), nil)
+		info := result(r, rq, p, outcome.RuleEvaluation, outcome.Error, "failed to load context: "+ver.Err.Error(), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, info
+		return info
 	}
 	if ver.Full {
 		res, msg, props, keys := exception.Exemption(ver.Granted)
-		r, info := result(rq, p, outcome.RuleException, res, msg, props)
+		info := result(r, rq, p, outcome.RuleException, res, msg, props)
 		r.Cause, r.Granted = outcome.CauseException, keys
-		return r, info
+		return info
 	}
 	st.SetExceptions(ver.AllowedImages, ver.AllowedValues)
 
 	st.Label(outcome.PhaseMatchCondition, "", "")
 	matched, err := st.Match(v.matchConditions, p.failurePolicy)
 	if err != nil {
-		r, info := result(rq, p, outcome.RuleEvaluation, outcome.Error, "failed to load context: "+err.Error(), nil)
+		info := result(r, rq, p, outcome.RuleEvaluation, outcome.Error, "failed to load context: "+err.Error(), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, info
+		return info
 	}
 	if !matched {
-		r, info := result(rq, p, "", outcome.Skip, "skip", nil)
+		info := result(r, rq, p, "", outcome.Skip, "skip", nil)
 		r.Cause = outcome.CauseMatchConditions
-		return r, info
+		return info
 	}
 	for i, val := range v.validations {
 		st.Label(outcome.PhaseValidation, celeval.Index(i), "")
@@ -256,7 +253,7 @@ func evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *celeval.Stat
 			ok, err = celeval.AsBool(out)
 		}
 		if err != nil {
-			r, info := indexedResult(rq, p, outcome.Error, "error: "+err.Error(), nil, i)
+			info := indexedResult(r, rq, p, outcome.Error, "error: "+err.Error(), nil, i)
 			return withRefusal(r, info, v, ver)
 		}
 		if ok {
@@ -279,21 +276,21 @@ func evalVariantOnce(rq *celeval.Request, e *entry, v *variant, st *celeval.Stat
 		}
 		annotations, err := auditAnnotations(st, v)
 		if err != nil {
-			r, info := indexedResult(rq, p, outcome.Error, "error: "+err.Error(), nil, i)
+			info := indexedResult(r, rq, p, outcome.Error, "error: "+err.Error(), nil, i)
 			return withRefusal(r, info, v, ver)
 		}
-		r, info := indexedResult(rq, p, outcome.Fail, message, annotations, i)
+		info := indexedResult(r, rq, p, outcome.Fail, message, annotations, i)
 		return withRefusal(r, info, v, ver)
 	}
 	annotations, err := auditAnnotations(st, v)
 	if err != nil {
-		r, info := result(rq, p, outcome.RuleEvaluation, outcome.Error, "failed to load context: "+err.Error(), nil)
+		info := result(r, rq, p, outcome.RuleEvaluation, outcome.Error, "failed to load context: "+err.Error(), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, info
+		return info
 	}
-	r, info := result(rq, p, "", outcome.Pass, "success", annotations)
-	applyMessageProperties(&r, info.status)
-	return r, info
+	info := result(r, rq, p, "", outcome.Pass, "success", annotations)
+	applyMessageProperties(r, info.status)
+	return info
 }
 
 func auditAnnotations(st *celeval.State, v *variant) (map[string]string, error) {
@@ -323,10 +320,10 @@ func auditAnnotations(st *celeval.State, v *variant) (map[string]string, error) 
 // refused, the message of the first refused exception (by namespace, then
 // name) replaces the policy's, and a refusal by a runtime error makes the
 // result an error.
-func withRefusal(r outcome.Result, info resultInfo, v *variant, ver exception.Verdict) (outcome.Result, resultInfo) {
+func withRefusal(r *outcome.Result, info resultInfo, v *variant, ver exception.Verdict) resultInfo {
 	if len(ver.Refused) == 0 || len(ver.Granted) > 0 || info.status != outcome.Fail {
-		applyMessageProperties(&r, info.status)
-		return r, info
+		applyMessageProperties(r, info.status)
+		return info
 	}
 	first := exception.FirstRefusal(ver.Refused)
 	msg := first.Message
@@ -345,7 +342,7 @@ func withRefusal(r outcome.Result, info resultInfo, v *variant, ver exception.Ve
 	}
 	props[outcome.PropExceptions] = first.Exception.Name
 	r.Properties = props
-	return r, info
+	return info
 }
 
 // applyMessageProperties applies Kyverno's report message overrides from
@@ -363,13 +360,13 @@ func applyMessageProperties(r *outcome.Result, status string) {
 
 // indexedResult is the result of validation i: its properties carry the
 // index (and the audit annotations).
-func indexedResult(rq *celeval.Request, p *Policy, res, message string, annotations map[string]string, i int) (outcome.Result, resultInfo) {
+func indexedResult(r *outcome.Result, rq *celeval.Request, p *Policy, res, message string, annotations map[string]string, i int) resultInfo {
 	if len(annotations) > 0 {
-		return result(rq, p, "", res, message, indexProps(annotations, i))
+		return result(r, rq, p, "", res, message, indexProps(annotations, i))
 	}
-	r, info := result(rq, p, "", res, message, nil)
+	info := result(r, rq, p, "", res, message, nil)
 	r.Properties = indexedProcessProps(process(rq.Attributes().Mode, p), i)
-	return r, info
+	return info
 }
 
 // indexedProps holds the shared, read-only properties of results of the

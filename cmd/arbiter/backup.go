@@ -79,8 +79,10 @@ func runBackup(ctx context.Context, stdout, stderr io.Writer, addr, data, out, f
 		if err != nil {
 			return exitWith(exitLoad, "%v", err)
 		}
-		defer os.Remove(tmp.Name())
-		defer tmp.Close()
+		// Once renamed into place, tmp is closed and its name is gone;
+		// before, it is discarded: there is nothing to report either way.
+		defer func() { _ = os.Remove(tmp.Name()) }()
+		defer func() { _ = tmp.Close() }()
 		w = tmp
 	}
 	var sum backupSummary

@@ -289,7 +289,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	// With -o json the reports are written as they are made (on an error
 	// after the first, the output is cut short: exit status 2 says so).
 	fin := newFinisher(out, o.Output)
-	start := time.Now()
+	var start time.Time
 	if o.Server != "" {
 		read, err := loadInputs(o.Paths, o.Resources, o.Exceptions)
 		if err != nil {

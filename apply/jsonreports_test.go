@@ -30,11 +30,7 @@ func TestJSONArrayWriterMatchesEncoder(t *testing.T) {
 		enc := json.NewEncoder(&want)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		in := reports
-		if in == nil {
-			in = []report.Report{}
-		}
-		if err := enc.Encode(in); err != nil {
+		if err := enc.Encode(reports); err != nil {
 			t.Fatal(err)
 		}
 		var got bytes.Buffer

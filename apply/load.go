@@ -185,7 +185,9 @@ func Compile(objs []*manifest.Object, opts engine.Options, warnings io.Writer) (
 		return nil, err
 	}
 	for _, w := range ps.PodSecurityWarnings() {
-		fmt.Fprintf(warnings, "warning: %s: %s\n", ps.PodSecurityConfiguration().Source, w)
+		// Best-effort: warnings (on stderr) that cannot be written do not
+		// make the policies wrong.
+		_, _ = fmt.Fprintf(warnings, "warning: %s: %s\n", ps.PodSecurityConfiguration().Source, w)
 	}
 	return ps, nil
 }

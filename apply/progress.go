@@ -48,7 +48,8 @@ func (p *progress) add(k int) {
 	p.last = time.Now()
 	const width = 30
 	filled := width * p.n / max(p.total, 1)
-	fmt.Fprintf(p.w, "\r[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", width-filled), p.n, p.total)
+	// The bar is best-effort: a failed write to stderr is not the run's.
+	_, _ = fmt.Fprintf(p.w, "\r[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", width-filled), p.n, p.total)
 }
 
 func (p *progress) done(took time.Duration) {
@@ -56,5 +57,5 @@ func (p *progress) done(took time.Duration) {
 		return
 	}
 	rate := float64(p.total) / took.Seconds()
-	fmt.Fprintf(p.w, "\r%d resources in %v (%.0f/s)%s\n", p.total, took.Round(time.Millisecond), rate, strings.Repeat(" ", 20))
+	_, _ = fmt.Fprintf(p.w, "\r%d resources in %v (%.0f/s)%s\n", p.total, took.Round(time.Millisecond), rate, strings.Repeat(" ", 20))
 }

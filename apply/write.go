@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine/report"
+	"github.com/arbiter-pdp/arbiter/internal/textout"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/whatif"
 )
@@ -23,49 +24,57 @@ import (
 func writeReports(out io.Writer, format string, reports []report.Report, admitted [][]byte) error {
 	switch format {
 	case "yaml":
+		w := textout.New(out)
 		for i, r := range reports {
 			if i > 0 {
-				fmt.Fprintln(out, "---")
+				w.Println("---")
 			}
 			if i < len(admitted) && admitted[i] != nil {
 				b, err := yaml.JSONToYAML(admitted[i])
 				if err != nil {
 					return err
 				}
-				out.Write(b)
-				fmt.Fprintln(out, "---")
+				if _, err := w.Write(b); err != nil {
+					return err
+				}
+				w.Println("---")
 			}
 			b, err := yaml.Marshal(r)
 			if err != nil {
 				return err
 			}
-			out.Write(b)
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
 		}
-		return nil
+		return w.Err()
 	case "junit":
 		return writeJUnit(out, reports)
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RESOURCE\tPOLICY\tRESULT\tMESSAGE")
+	tw := textout.New(tabwriter.NewWriter(out, 0, 4, 2, ' ', 0))
+	tw.Println("RESOURCE\tPOLICY\tRESULT\tMESSAGE")
 	var total report.Summary
 	for _, r := range reports {
 		name := resourceName(r.Scope.Kind, r.Scope.Namespace, r.Scope.Name)
 		if len(r.Results) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\tno policy applies\n", name)
+			tw.Printf("%s\t-\t-\tno policy applies\n", name)
 		}
 		for _, res := range r.Results {
 			policy := res.Policy
 			if res.Rule != "" {
 				policy += "/" + res.Rule
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, policy, res.Result, OneLine(res.Message))
+			tw.Printf("%s\t%s\t%s\t%s\n", name, policy, res.Result, OneLine(res.Message))
 			total.Add(res.Result)
 		}
 	}
-	tw.Flush()
-	fmt.Fprintf(out, "\n%d resources: %d pass, %d fail, %d warn, %d error, %d skip\n",
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	w := textout.New(out)
+	w.Printf("\n%d resources: %d pass, %d fail, %d warn, %d error, %d skip\n",
 		len(reports), total.Pass, total.Fail, total.Warn, total.Error, total.Skip)
-	return nil
+	return w.Err()
 }
 
 // jsonArrayWriter writes -o json: the reports, in input order, as one
@@ -107,10 +116,12 @@ func (a *jsonArrayWriter) put(i int, b []byte) {
 		return
 	}
 	for {
+		head := ",\n  "
 		if a.next == 0 {
-			a.w.WriteString("[\n  ")
-		} else {
-			a.w.WriteString(",\n  ")
+			head = "[\n  "
+		}
+		if _, err := a.w.WriteString(head); err != nil && a.err == nil {
+			a.err = err
 		}
 		if _, err := a.w.Write(b); err != nil && a.err == nil {
 			a.err = err
@@ -133,10 +144,12 @@ func (a *jsonArrayWriter) close() error {
 	if len(a.pending) > 0 {
 		return fmt.Errorf("report %d was never made", a.next)
 	}
+	end := "\n]\n"
 	if a.next == 0 {
-		a.w.WriteString("[]\n")
-	} else {
-		a.w.WriteString("\n]\n")
+		end = "[]\n"
+	}
+	if _, err := a.w.WriteString(end); err != nil && a.err == nil {
+		a.err = err
 	}
 	if err := a.w.Flush(); err != nil && a.err == nil {
 		a.err = err
@@ -218,14 +231,16 @@ func writeJUnit(out io.Writer, reports []report.Report) error {
 		all.Skipped += suite.Skipped
 		all.Suites = append(all.Suites, suite)
 	}
-	fmt.Fprint(out, xml.Header)
+	if _, err := io.WriteString(out, xml.Header); err != nil {
+		return err
+	}
 	enc := xml.NewEncoder(out)
 	enc.Indent("", "  ")
 	if err := enc.Encode(all); err != nil {
 		return err
 	}
-	fmt.Fprintln(out)
-	return nil
+	_, err := io.WriteString(out, "\n")
+	return err
 }
 
 // writeWhatIf prints how candidate objects change the verdicts.
@@ -267,6 +282,7 @@ func writeWhatIf(out io.Writer, format string, outcomes []outcome, sum *arbiterv
 		_, err = out.Write(b)
 		return err
 	}
+	w := textout.New(out)
 	for _, it := range doc.Items {
 		verdict := func(a bool) string {
 			if a {
@@ -274,13 +290,13 @@ func writeWhatIf(out io.Writer, format string, outcomes []outcome, sum *arbiterv
 			}
 			return "denied"
 		}
-		fmt.Fprintf(out, "%s: %s now, %s with the candidates\n", it.Resource, verdict(it.AllowedNow), verdict(it.AllowedThen))
+		w.Printf("%s: %s now, %s with the candidates\n", it.Resource, verdict(it.AllowedNow), verdict(it.AllowedThen))
 		for _, c := range it.Changes {
-			fmt.Fprintf(out, "  %s\n", c)
+			w.Printf("  %s\n", c)
 		}
 	}
-	fmt.Fprintf(out, "\n%s (%d resources)\n", doc.Summary, len(outcomes))
-	return nil
+	w.Printf("\n%s (%d resources)\n", doc.Summary, len(outcomes))
+	return w.Err()
 }
 
 // diffLines says per policy how a result changes.

@@ -165,8 +165,12 @@ func TestMutationThroughAPIServer(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		mwcs.Delete(ctx, mwc.Name, metav1.DeleteOptions{})
-		vwcs.Delete(ctx, vwc.Name, metav1.DeleteOptions{})
+		if err := mwcs.Delete(ctx, mwc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting the mutating webhook configuration: %v", err)
+		}
+		if err := vwcs.Delete(ctx, vwc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting the validating webhook configuration: %v", err)
+		}
 	})
 
 	pods := cs.CoreV1().Pods(ns)

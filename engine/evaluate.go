@@ -245,7 +245,7 @@ func (d *Decision) Patch() []patch.Op {
 // denied, with the first denial's code and reason and the denials joined
 // as the message.
 func (d *Decision) merge() {
-	d.Allowed = !d.Outcome.Denied()
+	d.Allowed = !d.Denied()
 	d.Denials, d.Message, d.Code, d.Reason = d.Outcome.Message()
 }
 

@@ -590,7 +590,7 @@ func (s *Suite) parseResources(file string, data []byte) ([]*Resource, error) {
 		}
 		kind, _ := obj["kind"].(string)
 		if kind == "" {
-			return nil, &LoadError{File: source, Field: "kind", Err: errors.New("Object 'Kind' is missing")}
+			return nil, &LoadError{File: source, Field: "kind", Err: errors.New("Object 'Kind' is missing")} //nolint:staticcheck // ST1005: apimachinery's message, word for word
 		}
 		normalizeNilMaps(obj)
 		if namespaceOf(obj) == "" && !s.clusterScoped(gvkOf(obj)) {

@@ -41,15 +41,15 @@ func RenderText(w io.Writer, r *SuiteResult, o RenderOptions) {
 	if r.err != nil {
 		return
 	}
-	fmt.Fprintf(w, "%s: %s, %s, %s\n", r.Title(),
+	_, _ = fmt.Fprintf(w, "%s: %s, %s, %s\n", r.Title(),
 		pluralize(r.Policies, "policy", "policies"),
 		pluralize(r.Resources, "resource", "resources"),
 		pluralize(r.Exceptions, "exception", "exceptions"))
 	for _, warn := range r.Warnings {
-		fmt.Fprintf(w, "  warning: %s\n", warn)
+		_, _ = fmt.Fprintf(w, "  warning: %s\n", warn)
 	}
 	if len(r.Rows) == 0 {
-		fmt.Fprintln(w, "  no results to check")
+		_, _ = fmt.Fprintln(w, "  no results to check")
 	} else {
 		header := []string{"ID", "POLICY", "RULE", "RESOURCE", "RESULT", "REASON"}
 		if o.Detailed {
@@ -70,7 +70,7 @@ func RenderText(w io.Writer, r *SuiteResult, o RenderOptions) {
 			writeTable(w, header, rows)
 		}
 	}
-	fmt.Fprintf(w, "Test Summary: %d tests passed and %d tests failed\n\n", r.Passed, r.Failed)
+	_, _ = fmt.Fprintf(w, "Test Summary: %d tests passed and %d tests failed\n\n", r.Passed, r.Failed)
 }
 
 func oneLine(s string) string {
@@ -100,7 +100,7 @@ func writeTable(w io.Writer, header []string, rows [][]string) {
 			b.WriteString(strings.Repeat("─", wd+2))
 		}
 		b.WriteString(right)
-		fmt.Fprintln(w, b.String())
+		_, _ = fmt.Fprintln(w, b.String())
 	}
 	cells := func(cs []string) {
 		var b strings.Builder
@@ -111,7 +111,7 @@ func writeTable(w io.Writer, header []string, rows [][]string) {
 			b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)))
 			b.WriteString(" │")
 		}
-		fmt.Fprintln(w, b.String())
+		_, _ = fmt.Fprintln(w, b.String())
 	}
 	line("┌", "┬", "┐")
 	cells(header)
@@ -124,7 +124,7 @@ func writeTable(w io.Writer, header []string, rows [][]string) {
 
 // RenderSummary writes the closing line: `N passed, M failed`.
 func RenderSummary(w io.Writer, s Summary) {
-	fmt.Fprintf(w, "%d passed, %d failed\n", s.Passed, s.Failed)
+	_, _ = fmt.Fprintf(w, "%d passed, %d failed\n", s.Passed, s.Failed)
 }
 
 // JSONReport is the machine-readable output of a run.

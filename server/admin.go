@@ -33,8 +33,9 @@ func (a *adminService) Backup(_ *arbiterv1.BackupRequest, stream arbiterv1.Admin
 	if err != nil {
 		return toStatus(fmt.Errorf("backup: %w", err))
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
+	// A scratch copy, only streamed once written: nothing to report.
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	defer func() { _ = tmp.Close() }()
 	if _, err := s.store.Backup(ctx, tmp); err != nil {
 		return toStatus(fmt.Errorf("backup: %w", err))
 	}
@@ -84,7 +85,8 @@ func InspectStoreFile(path string) (store.Status, error) {
 	if err != nil {
 		return store.Status{}, err
 	}
-	defer st.Close()
+	// Only read, and bbolt writes at commit: its Close loses nothing.
+	defer func() { _ = st.Close() }()
 	return st.Status(), nil
 }
 
@@ -98,7 +100,7 @@ func BackupDir(ctx context.Context, dataDir string, w io.Writer) (store.Status, 
 	}
 	n, err := st.Backup(ctx, w)
 	status := st.Status()
-	st.Close()
+	_ = st.Close() // only read, and bbolt writes at commit: nothing lost
 	return status, n, err
 }
 
@@ -140,7 +142,7 @@ func RestoreFile(backup, dataDir string, force bool, verify VerifyFunc) (st stor
 			}
 		} else {
 			cs := cur.Status()
-			cur.Close()
+			_ = cur.Close() // only read, and bbolt writes at commit: nothing lost
 			if !force {
 				return st, "", fmt.Errorf("%s (revision %d, %s): %w; --force replaces it", target, cs.Revision, cs.Digest, ErrStoreExists)
 			}
@@ -150,18 +152,20 @@ func RestoreFile(backup, dataDir string, force bool, verify VerifyFunc) (st stor
 	if err != nil {
 		return st, "", err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // only read
 	tmp, err := os.CreateTemp(dataDir, ".restore-*.db")
 	if err != nil {
 		return st, "", err
 	}
-	defer os.Remove(tmp.Name())
+	// Once renamed into place, its name is gone; before, it is discarded
+	// (with the error that stopped the restore).
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return st, "", err
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return st, "", err
 	}
 	if err := tmp.Close(); err != nil {
@@ -182,7 +186,7 @@ func RestoreFile(backup, dataDir string, force bool, verify VerifyFunc) (st stor
 	}
 	if d, err := os.Open(dataDir); err == nil {
 		_ = d.Sync()
-		d.Close()
+		_ = d.Close()
 	}
 	return st, old, nil
 }

@@ -273,7 +273,7 @@ func TestDecisionSpan(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range decision.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	for k, want := range map[string]string{
 		"arbiter.revision": "1", "arbiter.digest": resp.GetDigest(), "arbiter.decision_id": resp.GetDecisionId(),

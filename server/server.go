@@ -161,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		done:      make(chan struct{}),
 	}
 	if err := s.loadSnapshot(ctx); err != nil {
-		st.Close()
+		_ = st.Close() // the error returned is the one that stopped New
 		return nil, err
 	}
 	s.health = health.NewServer()
@@ -275,7 +275,11 @@ func (s *Server) GatewayConn(ctx context.Context) (*grpc.ClientConn, error) {
 	arbiterv1.RegisterDecisionServiceServer(g, s)
 	arbiterv1.RegisterQueryServiceServer(g, s)
 	s.inproc = g
-	go g.Serve(lis)
+	go func() {
+		if err := g.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("in-process gateway server", "err", err)
+		}
+	}()
 	conn, err := grpc.NewClient("passthrough:///arbiter-inprocess",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

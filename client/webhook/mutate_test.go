@@ -35,7 +35,6 @@ func podReview(t *testing.T, uid string, pod []byte) []byte {
 	return b
 }
 
-
 // TestMutateEndpoint: the API server's mutating call (/mutate) gets the
 // mutations as a JSONPatch (no validation: a Pod only the mutation makes
 // compliant is allowed there); its validating call (/validate) validates

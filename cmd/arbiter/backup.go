@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/internal/textout"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/store"
 )
@@ -78,8 +79,10 @@ func runBackup(ctx context.Context, stdout, stderr io.Writer, addr, data, out, f
 		if err != nil {
 			return exitWith(exitLoad, "%v", err)
 		}
-		defer os.Remove(tmp.Name())
-		defer tmp.Close()
+		// Once renamed into place, tmp is closed and its name is gone;
+		// before, it is discarded: there is nothing to report either way.
+		defer func() { _ = os.Remove(tmp.Name()) }()
+		defer func() { _ = tmp.Close() }()
 		w = tmp
 	}
 	var sum backupSummary
@@ -120,14 +123,15 @@ func printSummary(w io.Writer, format string, s backupSummary) error {
 	if format == "json" {
 		return json.NewEncoder(w).Encode(s)
 	}
-	fmt.Fprintf(w, "revision: %d\ndigest: %s\nbytes: %d\n", s.Revision, s.Digest, s.Bytes)
+	text := textout.New(w)
+	text.Printf("revision: %d\ndigest: %s\nbytes: %d\n", s.Revision, s.Digest, s.Bytes)
 	if s.File != "" {
-		fmt.Fprintf(w, "file: %s\n", s.File)
+		text.Printf("file: %s\n", s.File)
 	}
 	if s.Replaced != "" {
-		fmt.Fprintf(w, "previous store kept as: %s\n", s.Replaced)
+		text.Printf("previous store kept as: %s\n", s.Replaced)
 	}
-	return nil
+	return text.Err()
 }
 
 func newRestoreCommand() *cobra.Command {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"text/tabwriter"
@@ -18,6 +17,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/internal/textout"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
@@ -233,35 +233,38 @@ func writeDecision(w io.Writer, format string, resp *arbiterv1.DecideResponse) e
 	if !out.Allowed {
 		verdict = "DENIED"
 	}
-	fmt.Fprintf(w, "%s (revision %d)\n", verdict, out.Revision)
+	text := textout.New(w)
+	text.Printf("%s (revision %d)\n", verdict, out.Revision)
 	if out.Message != "" {
-		fmt.Fprintf(w, "  %s\n", out.Message)
+		text.Printf("  %s\n", out.Message)
 	}
 	for _, wn := range out.Warnings {
-		fmt.Fprintf(w, "  warning: %s\n", wn)
+		text.Printf("  warning: %s\n", wn)
 	}
 	if len(out.Patch) > 0 {
 		// One operation a line.
 		var ops []json.RawMessage
 		if json.Unmarshal(out.Patch, &ops) == nil {
-			fmt.Fprintf(w, "  patch (%s):\n", out.PatchType)
+			text.Printf("  patch (%s):\n", out.PatchType)
 			for _, op := range ops {
-				fmt.Fprintf(w, "    %s\n", op)
+				text.Printf("    %s\n", op)
 			}
 		}
 	}
 	if len(out.Results) > 0 {
-		fmt.Fprintln(w)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "POLICY\tRESULT\tMESSAGE")
+		text.Println()
+		tw := textout.New(tabwriter.NewWriter(text, 0, 4, 2, ' ', 0))
+		tw.Println("POLICY\tRESULT\tMESSAGE")
 		for _, r := range out.Results {
 			p := r.Policy
 			if r.Rule != "" {
 				p += "/" + r.Rule
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", p, r.Result, apply.OneLine(r.Message))
+			tw.Printf("%s\t%s\t%s\n", p, r.Result, apply.OneLine(r.Message))
 		}
-		tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return text.Err()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	exportpkg "github.com/arbiter-pdp/arbiter/engine/export"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/internal/textout"
 )
 
 func newExportCommand() *cobra.Command {
@@ -129,23 +130,31 @@ func runExport(out, errOut io.Writer, paths []string, now time.Time, export func
 	}
 	refused := 0
 	first := true
+	w := textout.New(out)
 	for _, x := range export(ps, now) {
 		if x.Refused != "" {
 			refused++
-			fmt.Fprintf(errOut, "%s %s: not exported: %s\n", x.Kind, x.Policy, x.Refused)
+			// Best-effort, on stderr: the exit status says a policy was
+			// refused.
+			_, _ = fmt.Fprintf(errOut, "%s %s: not exported: %s\n", x.Kind, x.Policy, x.Refused)
 			continue
 		}
 		for _, o := range x.Objects {
 			if !first {
-				fmt.Fprintln(out, "---")
+				w.Println("---")
 			}
 			first = false
 			b, err := yaml.Marshal(o)
 			if err != nil {
 				return exitWith(exitLoad, "%v", err)
 			}
-			out.Write(b)
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
 		}
+	}
+	if err := w.Err(); err != nil {
+		return err
 	}
 	if refused > 0 {
 		return exitWith(exitDenied, "")

@@ -62,13 +62,17 @@ func main() {
 	code := run(os.Args[1:])
 	if cpuFile != nil {
 		pprof.StopCPUProfile()
-		cpuFile.Close()
+		if err := cpuFile.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "error: ARBITER_CPUPROFILE:", err)
+		}
 	}
 	if memFile != nil {
 		if err := pprof.Lookup("allocs").WriteTo(memFile, 0); err != nil {
 			fmt.Fprintln(os.Stderr, "error: ARBITER_MEMPROFILE:", err)
 		}
-		memFile.Close()
+		if err := memFile.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "error: ARBITER_MEMPROFILE:", err)
+		}
 	}
 	os.Exit(code)
 }

@@ -262,7 +262,12 @@ authorization:
 		_, err := runCLI(t, ctx2, "serve", "--listen", addr2, "--data", restored, "--log-level", "error")
 		served2 <- err
 	}()
-	defer func() { cancel2(); <-served2 }()
+	defer func() {
+		cancel2()
+		if err := <-served2; err != nil {
+			t.Errorf("serve (restored): %v", err)
+		}
+	}()
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		out, err = runCLI(t, ctx2, "status", "--server", addr2, "-o", "json", "--timeout", "1s")

@@ -94,9 +94,9 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 		})
 	}
 	if ack.GetUnchanged() {
-		fmt.Fprintf(out, "unchanged\nrevision: %d\ndigest: %s\n", ack.GetRevision(), ack.GetDigest())
-		return nil
+		_, err = fmt.Fprintf(out, "unchanged\nrevision: %d\ndigest: %s\n", ack.GetRevision(), ack.GetDigest())
+		return err
 	}
-	fmt.Fprintf(out, "revision: %d\ndigest: %s\nupserted: %d\ndeleted: %d\n", ack.GetRevision(), ack.GetDigest(), ack.GetUpserted(), ack.GetDeleted())
-	return nil
+	_, err = fmt.Fprintf(out, "revision: %d\ndigest: %s\nupserted: %d\ndeleted: %d\n", ack.GetRevision(), ack.GetDigest(), ack.GetUpserted(), ack.GetDeleted())
+	return err
 }

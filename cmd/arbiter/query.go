@@ -18,6 +18,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/client"
 	"github.com/arbiter-pdp/arbiter/convert"
+	"github.com/arbiter-pdp/arbiter/internal/textout"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
@@ -130,9 +131,10 @@ func writeExplain(w io.Writer, resp *arbiterv1.ExplainResponse) error {
 	if !d.GetAllowed() {
 		verdict = "DENIED"
 	}
-	fmt.Fprintf(w, "%s at revision %d (%s)\n", verdict, d.GetRevision(), d.GetDigest())
+	text := textout.New(w)
+	text.Printf("%s at revision %d (%s)\n", verdict, d.GetRevision(), d.GetDigest())
 	if m := d.GetStatus().GetMessage(); m != "" {
-		fmt.Fprintf(w, "  %s\n", m)
+		text.Printf("  %s\n", m)
 	}
 	policy := ""
 	for _, s := range resp.GetSteps() {
@@ -145,7 +147,7 @@ func writeExplain(w io.Writer, resp *arbiterv1.ExplainResponse) error {
 		}
 		if head != policy {
 			policy = head
-			fmt.Fprintf(w, "\n%s\n", policy)
+			text.Printf("\n%s\n", policy)
 		}
 		label := s.GetPhase()
 		if s.GetName() != "" {
@@ -156,14 +158,14 @@ func writeExplain(w io.Writer, resp *arbiterv1.ExplainResponse) error {
 		}
 		switch {
 		case s.GetNote() != "":
-			fmt.Fprintf(w, "  %-34s %s\n", label, s.GetNote())
+			text.Printf("  %-34s %s\n", label, s.GetNote())
 		case s.GetError() != "":
-			fmt.Fprintf(w, "  %-34s %s\n  %-34s ERROR %s\n", label, apply.OneLine(s.GetExpression()), "", s.GetError())
+			text.Printf("  %-34s %s\n  %-34s ERROR %s\n", label, apply.OneLine(s.GetExpression()), "", s.GetError())
 		default:
-			fmt.Fprintf(w, "  %-34s %s\n  %-34s = %s\n", label, apply.OneLine(s.GetExpression()), "", apply.OneLine(s.GetValue()))
+			text.Printf("  %-34s %s\n  %-34s = %s\n", label, apply.OneLine(s.GetExpression()), "", apply.OneLine(s.GetValue()))
 		}
 	}
-	return nil
+	return text.Err()
 }
 
 func newGetCommand() *cobra.Command {
@@ -193,10 +195,12 @@ func newGetCommand() *cobra.Command {
 				if q.output != "table" {
 					return writeProto(cmd.OutOrStdout(), q.output, resp)
 				}
-				writePolicies(cmd.OutOrStdout(), resp.GetRevision(), []*arbiterv1.PolicyInfo{resp.GetPolicy()}, true)
-				fmt.Fprintln(cmd.OutOrStdout())
-				writeExceptions(cmd.OutOrStdout(), resp.GetRevision(), resp.GetExceptions())
-				return nil
+				w := textout.New(cmd.OutOrStdout())
+				if err := writePolicies(w, resp.GetRevision(), []*arbiterv1.PolicyInfo{resp.GetPolicy()}, true); err != nil {
+					return err
+				}
+				w.Println()
+				return writeExceptions(w, resp.GetRevision(), resp.GetExceptions())
 			}
 			resp, err := c.Query.ListPolicies(ctx, &arbiterv1.ListPoliciesRequest{Kind: kind, Namespace: namespace, Action: action,
 				LabelSelector: selector, WithoutManifests: q.output == "table"})
@@ -206,8 +210,7 @@ func newGetCommand() *cobra.Command {
 			if q.output != "table" {
 				return writeProto(cmd.OutOrStdout(), q.output, resp)
 			}
-			writePolicies(cmd.OutOrStdout(), resp.GetRevision(), resp.GetPolicies(), false)
-			return nil
+			return writePolicies(cmd.OutOrStdout(), resp.GetRevision(), resp.GetPolicies(), false)
 		},
 	}
 	q.add(policies)
@@ -253,8 +256,7 @@ func newGetCommand() *cobra.Command {
 			if q2.output != "table" {
 				return writeProto(cmd.OutOrStdout(), q2.output, resp)
 			}
-			writeExceptions(cmd.OutOrStdout(), resp.GetRevision(), resp.GetExceptions())
-			return nil
+			return writeExceptions(cmd.OutOrStdout(), resp.GetRevision(), resp.GetExceptions())
 		},
 	}
 	q2.add(exceptions)
@@ -293,8 +295,8 @@ func newGetCommand() *cobra.Command {
 			if q3.output != "table" {
 				return writeProto(cmd.OutOrStdout(), q3.output, resp)
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "revision %d: %d policies apply\n", resp.GetRevision(), len(resp.GetPolicies()))
+			w := textout.New(cmd.OutOrStdout())
+			w.Printf("revision %d: %d policies apply\n", resp.GetRevision(), len(resp.GetPolicies()))
 			for _, p := range resp.GetPolicies() {
 				name := qualifiedName(p.GetPolicy().GetNamespace(), p.GetPolicy().GetName())
 				variant := ""
@@ -304,12 +306,12 @@ func newGetCommand() *cobra.Command {
 				for _, u := range p.GetPolicy().GetPodSecurity() {
 					variant += " " + u.GetMode() + "=" + name + ":" + u.GetVersion()
 				}
-				fmt.Fprintf(w, "  %s %s%s [%s]\n", p.GetPolicy().GetKind(), name, variant, strings.Join(p.GetPolicy().GetActions(), ","))
+				w.Printf("  %s %s%s [%s]\n", p.GetPolicy().GetKind(), name, variant, strings.Join(p.GetPolicy().GetActions(), ","))
 				for _, e := range p.GetExceptions() {
-					fmt.Fprintf(w, "    exception %s: %s\n", qualifiedName(e.GetException().GetNamespace(), e.GetException().GetName()), e.GetMatch())
+					w.Printf("    exception %s: %s\n", qualifiedName(e.GetException().GetNamespace(), e.GetException().GetName()), e.GetMatch())
 				}
 			}
-			return nil
+			return w.Err()
 		},
 	}
 	q3.add(applicable)
@@ -331,9 +333,9 @@ const kindPodSecurity = "PodSecurity"
 // writePolicies prints policies as a table and, when Pod Security levels
 // are among them, where each is in effect (all: every namespace; else at
 // most maxNamespaces per line).
-func writePolicies(w io.Writer, rev uint64, ps []*arbiterv1.PolicyInfo, all bool) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "KIND\tNAME\tACTIONS\tRESOURCES\tEXCEPTIONS\n")
+func writePolicies(w io.Writer, rev uint64, ps []*arbiterv1.PolicyInfo, all bool) error {
+	tw := textout.New(tabwriter.NewWriter(w, 0, 4, 2, ' ', 0))
+	tw.Printf("KIND\tNAME\tACTIONS\tRESOURCES\tEXCEPTIONS\n")
 	var levels []*arbiterv1.PolicyInfo
 	for _, p := range ps {
 		resources := strings.Join(p.GetResources(), ",")
@@ -351,15 +353,21 @@ func writePolicies(w io.Writer, rev uint64, ps []*arbiterv1.PolicyInfo, all bool
 		if resources == "" {
 			resources = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", p.GetKind(), qualifiedName(p.GetNamespace(), p.GetName()),
+		tw.Printf("%s\t%s\t%s\t%s\t%d\n", p.GetKind(), qualifiedName(p.GetNamespace(), p.GetName()),
 			actions, resources, len(p.GetExceptions()))
 	}
-	tw.Flush()
-	fmt.Fprintf(w, "revision %d: %d policies\n", rev, len(ps))
-	if len(levels) > 0 {
-		fmt.Fprintln(w)
-		writePodSecurityUses(w, levels, all)
+	if err := tw.Flush(); err != nil {
+		return err
 	}
+	text := textout.New(w)
+	text.Printf("revision %d: %d policies\n", rev, len(ps))
+	if len(levels) > 0 {
+		text.Println()
+		if err := writePodSecurityUses(text, levels, all); err != nil {
+			return err
+		}
+	}
+	return text.Err()
 }
 
 // maxNamespaces bounds the namespaces listed per line of the Pod Security
@@ -368,12 +376,12 @@ const maxNamespaces = 8
 
 // writePodSecurityUses prints where Pod Security levels are in effect: per
 // level, mode and version, the configuration's defaults and the namespaces.
-func writePodSecurityUses(w io.Writer, levels []*arbiterv1.PolicyInfo, all bool) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "POD SECURITY\tMODE\tVERSION\tIN EFFECT IN\n")
+func writePodSecurityUses(w io.Writer, levels []*arbiterv1.PolicyInfo, all bool) error {
+	tw := textout.New(tabwriter.NewWriter(w, 0, 4, 2, ' ', 0))
+	tw.Printf("POD SECURITY\tMODE\tVERSION\tIN EFFECT IN\n")
 	for _, p := range levels {
 		if len(p.GetPodSecurity()) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\tno namespace (named by exceptions only)\n", p.GetName())
+			tw.Printf("%s\t-\t-\tno namespace (named by exceptions only)\n", p.GetName())
 			continue
 		}
 		for _, u := range p.GetPodSecurity() {
@@ -387,15 +395,15 @@ func writePodSecurityUses(w io.Writer, levels []*arbiterv1.PolicyInfo, all bool)
 			} else if len(ns) > 0 {
 				where = append(where, strings.Join(ns, ", "))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.GetName(), u.GetMode(), u.GetVersion(), strings.Join(where, " "))
+			tw.Printf("%s\t%s\t%s\t%s\n", p.GetName(), u.GetMode(), u.GetVersion(), strings.Join(where, " "))
 		}
 	}
-	tw.Flush()
+	return tw.Flush()
 }
 
-func writeExceptions(w io.Writer, rev uint64, es []*arbiterv1.ExceptionInfo) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "EXCEPTION\tPOLICIES\tEXPIRES\tCONTROLS\tEFFECT\n")
+func writeExceptions(w io.Writer, rev uint64, es []*arbiterv1.ExceptionInfo) error {
+	tw := textout.New(tabwriter.NewWriter(w, 0, 4, 2, ' ', 0))
+	tw.Printf("EXCEPTION\tPOLICIES\tEXPIRES\tCONTROLS\tEFFECT\n")
 	for _, e := range es {
 		var refs []string
 		for _, r := range e.GetPolicies() {
@@ -416,10 +424,13 @@ func writeExceptions(w io.Writer, rev uint64, es []*arbiterv1.ExceptionInfo) {
 		if !e.GetFull() {
 			effect = "images/values"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", qualifiedName(e.GetNamespace(), e.GetName()), strings.Join(refs, ","), expires, e.GetHasControls(), effect)
+		tw.Printf("%s\t%s\t%s\t%v\t%s\n", qualifiedName(e.GetNamespace(), e.GetName()), strings.Join(refs, ","), expires, e.GetHasControls(), effect)
 	}
-	tw.Flush()
-	fmt.Fprintf(w, "revision %d: %d exceptions\n", rev, len(es))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "revision %d: %d exceptions\n", rev, len(es))
+	return err
 }
 
 func writeYAML(out io.Writer, v any) error {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/internal/textout"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -68,22 +68,25 @@ func runStatus(ctx context.Context, out io.Writer, addr, output string, timeout 
 			"followers": followers, "warnings": st.GetWarnings(),
 		})
 	}
-	fmt.Fprintf(out, "revision:   %d\ndigest:     %s\nrole:       %s\n", st.GetRevision(), st.GetDigest(), role)
+	text := textout.New(out)
+	text.Printf("revision:   %d\ndigest:     %s\nrole:       %s\n", st.GetRevision(), st.GetDigest(), role)
 	if st.GetPrimary() != "" {
-		fmt.Fprintf(out, "primary:    %s\n", st.GetPrimary())
+		text.Printf("primary:    %s\n", st.GetPrimary())
 	}
-	fmt.Fprintf(out, "serving:    %v\nobjects:    %d (%d policies, %d exceptions)\n", st.GetServing(), st.GetObjects(), st.GetPolicies(), st.GetExceptions())
+	text.Printf("serving:    %v\nobjects:    %d (%d policies, %d exceptions)\n", st.GetServing(), st.GetObjects(), st.GetPolicies(), st.GetExceptions())
 	for _, w := range st.GetWarnings() {
-		fmt.Fprintf(out, "warning:    %s\n", w)
+		text.Printf("warning:    %s\n", w)
 	}
 	if len(st.GetFollowers()) > 0 {
-		fmt.Fprintln(out)
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "FOLLOWER\tCONNECTED\tACKED\tLAG\tLAG SECONDS")
+		text.Println()
+		tw := textout.New(tabwriter.NewWriter(text, 0, 4, 2, ' ', 0))
+		tw.Println("FOLLOWER\tCONNECTED\tACKED\tLAG\tLAG SECONDS")
 		for _, f := range st.GetFollowers() {
-			fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%.1f\n", f.GetReplicaId(), f.GetConnected(), f.GetAckedRevision(), f.GetLagRevisions(), f.GetLagSeconds())
+			tw.Printf("%s\t%v\t%d\t%d\t%.1f\n", f.GetReplicaId(), f.GetConnected(), f.GetAckedRevision(), f.GetLagRevisions(), f.GetLagSeconds())
 		}
-		tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return text.Err()
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/arbiter-pdp/arbiter/internal/textout"
 	"github.com/arbiter-pdp/arbiter/kyvernotest"
 )
 
@@ -78,15 +79,20 @@ func runTest(ctx context.Context, out, errOut io.Writer, args []string, o *testO
 		return exitWith(exitLoad, "--test-case-selector: %v", err)
 	}
 	render := kyvernotest.RenderOptions{Detailed: o.detailed, FailOnly: o.failOnly}
+	// The text renderers return no error: text keeps the first, checked
+	// once the output is written.
+	text := textout.New(out)
 	emit := func(r *kyvernotest.SuiteResult) {
 		if o.output != "table" {
 			return
 		}
 		if err := r.Err(); err != nil {
-			fmt.Fprintf(errOut, "error: cannot load test: %v\n", err)
+			// Best-effort, on stderr: the exit status says a test could
+			// not be loaded.
+			_, _ = fmt.Fprintf(errOut, "error: cannot load test: %v\n", err)
 			return
 		}
-		kyvernotest.RenderText(out, r, render)
+		kyvernotest.RenderText(text, r, render)
 	}
 	results, err := kyvernotest.RunPaths(ctx, args, kyvernotest.Options{FileName: o.fileName, Filter: filter}, emit)
 	if err != nil {
@@ -99,9 +105,12 @@ func runTest(ctx context.Context, out, errOut io.Writer, args []string, o *testO
 		}
 	} else {
 		if len(results) == 0 {
-			fmt.Fprintf(out, "No test files (%s) found\n", o.fileName)
+			text.Printf("No test files (%s) found\n", o.fileName)
 		}
-		kyvernotest.RenderSummary(out, sum)
+		kyvernotest.RenderSummary(text, sum)
+		if err := text.Err(); err != nil {
+			return err
+		}
 	}
 	switch {
 	case len(results) == 0 && o.requireTest:

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	genericvalidation "k8s.io/apimachinery/pkg/api/validation"
-	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
@@ -182,7 +182,7 @@ func validateNamedRule(n *admissionregistrationv1.NamedRuleWithOperations, f *fi
 	var errs field.ErrorList
 	seen := sets.New[string]()
 	for i, name := range n.ResourceNames {
-		for _, msg := range path.ValidatePathSegmentName(name, false) {
+		for _, msg := range content.IsPathSegmentName(name) {
 			errs = append(errs, field.Invalid(f.Child("resourceNames").Index(i), name, msg))
 		}
 		if seen.Has(name) {
@@ -298,7 +298,7 @@ func ValidateParamRef(pr *admissionregistrationv1.ParamRef, f *field.Path) (labe
 	var errs field.ErrorList
 	var selector labels.Selector
 	if pr.Name != "" {
-		for _, msg := range path.ValidatePathSegmentName(pr.Name, false) {
+		for _, msg := range content.IsPathSegmentName(pr.Name) {
 			errs = append(errs, field.Invalid(f.Child("name"), pr.Name, msg))
 		}
 		if pr.Selector != nil {

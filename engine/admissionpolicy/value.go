@@ -113,7 +113,7 @@ func (l *escList) Get(index ref.Val) ref.Val {
 		return wrap(l.Lister.Get(index))
 	}
 	if l.cache == nil {
-		n, _ := l.Lister.Size().(types.Int)
+		n, _ := l.Size().(types.Int)
 		l.cache = make([]ref.Val, n)
 	}
 	if i < 0 || int(i) >= len(l.cache) {

@@ -84,7 +84,7 @@ func jsonOf(v ref.Val) (any, error) {
 	case types.Timestamp:
 		return t.Time.UTC().Format(time.RFC3339Nano), nil
 	case types.Duration:
-		return t.Duration.String(), nil
+		return t.String(), nil
 	case *types.Err:
 		return nil, t
 	case traits.Mapper:

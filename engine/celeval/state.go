@@ -274,7 +274,8 @@ type varsValue struct {
 	values []ref.Val
 }
 
-var varsTypeValue = types.NewTypeValue(celenv.VariablesTypeName, traits.IndexerType|traits.FieldTesterType|traits.IterableType)
+// An object type (an indexer and a field tester) that is also iterable.
+var varsTypeValue = types.NewObjectType(celenv.VariablesTypeName, traits.IterableType)
 
 func (m *varsValue) index(name string) int {
 	for i, v := range m.st.scope.Variables {
@@ -344,7 +345,7 @@ func (m *varsValue) Iterator() traits.Iterator {
 	for i, v := range m.st.scope.Variables {
 		names[i] = v.Name
 	}
-	return types.NewStringList(types.DefaultTypeAdapter, names).(traits.Lister).Iterator()
+	return types.NewStringList(types.DefaultTypeAdapter, names).Iterator()
 }
 
 // ConvertToNative implements ref.Val.

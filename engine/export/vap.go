@@ -152,9 +152,7 @@ func exportSpec(s *vpol.ValidatingPolicySpec, exceptions []*exception.Exception)
 	fp := s.GetFailurePolicy()
 	out := &admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: &fp}
 	var exprs []*string
-	for _, v := range s.Validations {
-		out.Validations = append(out.Validations, v)
-	}
+	out.Validations = append(out.Validations, s.Validations...)
 	for i := range out.Validations {
 		exprs = append(exprs, &out.Validations[i].Expression, &out.Validations[i].MessageExpression)
 	}

@@ -119,7 +119,7 @@ func (m *Map) Iterator() traits.Iterator {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	return types.NewStringList(types.DefaultTypeAdapter, keys).(traits.Lister).Iterator()
+	return types.NewStringList(types.DefaultTypeAdapter, keys).Iterator()
 }
 
 // ConvertToNative implements ref.Val.

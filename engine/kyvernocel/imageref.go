@@ -338,10 +338,10 @@ var imageRefGoType = reflect.TypeFor[*ImageReference]()
 
 // ConvertToNative converts to the reference itself or to its string form.
 func (v imageVal) ConvertToNative(t reflect.Type) (any, error) {
-	switch {
-	case t == imageRefGoType:
+	switch t {
+	case imageRefGoType:
 		return v.ref, nil
-	case t == stringType:
+	case stringType:
 		return v.ref.original, nil
 	}
 	return nil, fmt.Errorf("type conversion error from 'Image' to '%v'", t)

@@ -353,12 +353,11 @@ func (d *jsonDecoder) unquote() (string, error) {
 					return "", d.errorf("invalid \\u escape")
 				}
 				if utf16.IsSurrogate(r) {
-					r2 := rune(-1)
 					if d.pos+1 < len(d.data) && d.data[d.pos] == '\\' && d.data[d.pos+1] == 'u' {
 						save := d.pos
 						d.pos += 2
-						var ok2 bool
-						if r2, ok2 = d.hex4(); !ok2 {
+						r2, ok2 := d.hex4()
+						if !ok2 {
 							return "", d.errorf("invalid \\u escape")
 						}
 						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {

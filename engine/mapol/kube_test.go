@@ -111,26 +111,6 @@ func (t typeConverters) GetTypeConverter(k8sschema.GroupVersionKind) managedfiel
 }
 func (t typeConverters) Run(context.Context) {}
 
-// smdApplier is an Applier with the API server's own merge
-// (patch.ApplyStructuredMergeDiff) and client-go's built-in converter: the
-// reference's merge, on Arbiter's side.
-type smdApplier struct{ tc managedfields.TypeConverter }
-
-func (a smdApplier) Apply(obj, ac map[string]any, allowAtomic bool) (map[string]any, error) {
-	if allowAtomic {
-		return nil, errors.New("the test applier has no atomic override")
-	}
-	out, err := patch.ApplyStructuredMergeDiff(a.tc, &unstructured.Unstructured{Object: obj}, &unstructured.Unstructured{Object: ac})
-	if err != nil {
-		return nil, err
-	}
-	u, ok := out.(*unstructured.Unstructured)
-	if !ok {
-		return nil, fmt.Errorf("merge returned %T", out)
-	}
-	return u.Object, nil
-}
-
 // schemaApplier is the engine's Applier: engine/schema's port of the merge
 // with its built-in schemas (no client-go).
 type schemaApplier struct{ s *schema.Schemas }
@@ -150,7 +130,7 @@ func newSchemaApplier() mapol.Applier {
 }
 
 // testApplier is the Applier Arbiter's side of the tests uses: the
-// engine's (smdApplier{builtinConverter} would use the reference's merge).
+// engine's.
 var testApplier = newSchemaApplier()
 
 func init() {

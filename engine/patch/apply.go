@@ -536,7 +536,7 @@ func index(key string, n int) (int, error) {
 }
 
 func invalidIndex(idx int) error {
-	return fmt.Errorf("Unable to access invalid index: %d: invalid index referenced", idx)
+	return fmt.Errorf("Unable to access invalid index: %d: invalid index referenced", idx) //nolint:staticcheck // ST1005: evanphx/json-patch's message, word for word
 }
 
 // get is evanphx's container get: a map's (or a rawNull's) missing key is a
@@ -661,7 +661,7 @@ func (a *applier) remove(c any, sl slot, key string) error {
 	switch t := c.(type) {
 	case map[string]any:
 		if _, ok := t[key]; !ok {
-			return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key)
+			return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key) //nolint:staticcheck // ST1005: evanphx/json-patch's message, word for word
 		}
 		a.delKey(a.own(t, sl).(map[string]any), key)
 		return nil
@@ -686,7 +686,7 @@ func (a *applier) remove(c any, sl slot, key string) error {
 		a.store(sl, s)
 		return nil
 	}
-	return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key) // rawNull
+	return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key) //nolint:staticcheck // ST1005: evanphx/json-patch's message, word for word (rawNull)
 }
 
 // nullWrite is the error for a write into a rawNull, where evanphx assigns

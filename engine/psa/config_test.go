@@ -42,7 +42,7 @@ func TestControllerWarnings(t *testing.T) {
 
 func TestDefaultConfig(t *testing.T) {
 	p := DefaultConfig().Defaults()
-	if !p.FullyPrivileged() || !p.Enforce.Version.Latest() || !p.Audit.Version.Latest() || !p.Warn.Version.Latest() {
+	if !p.FullyPrivileged() || !p.Enforce.Latest() || !p.Audit.Latest() || !p.Warn.Latest() {
 		t.Fatalf("defaults: %v", p.String())
 	}
 	if p.Enforce.Level != api.LevelPrivileged {

@@ -124,7 +124,7 @@ func findAtomics(path []fieldpath.PathElement, s *smdschema.Schema, tr smdschema
 			}
 			m := v.AsMap()
 			for _, key := range sortedKeys(m) {
-				if sf, ok := a.Map.FindField(key); ok {
+				if sf, ok := a.FindField(key); ok {
 					val, _ := m.Get(key)
 					pe := fieldpath.PathElement{FieldName: &key}
 					atomics = append(atomics, findAtomics(append(path, pe), s, sf.Type, val)...)

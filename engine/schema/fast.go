@@ -119,34 +119,34 @@ func (c *compiler) compile(tr smdschema.TypeRef) *cnode {
 		n.hasScalar = true
 		n.scalar = *a.Scalar
 	}
-	if a.List != nil {
+	if al := a.List; al != nil {
 		l := &clist{
-			atomic:      a.List.ElementRelationship == smdschema.Atomic,
-			associative: a.List.ElementRelationship == smdschema.Associative,
-			keys:        a.List.Keys,
+			atomic:      al.ElementRelationship == smdschema.Atomic,
+			associative: al.ElementRelationship == smdschema.Associative,
+			keys:        al.Keys,
 		}
 		n.list = l
-		l.elem = c.compile(a.List.ElementType)
+		l.elem = c.compile(al.ElementType)
 		if len(l.keys) > 0 {
 			// typed.getAssociativeKeyDefault
-			if ea, ok := c.s.Resolve(a.List.ElementType); ok && ea.Map != nil {
+			if ea, ok := c.s.Resolve(al.ElementType); ok && ea.Map != nil {
 				l.keysOK = true
 				l.keyDefaults = make([]any, len(l.keys))
 				for i, k := range l.keys {
-					f, _ := ea.Map.FindField(k)
+					f, _ := ea.FindField(k)
 					l.keyDefaults[i] = f.Default
 				}
 			}
 		}
 	}
-	if a.Map != nil {
-		m := &cmap{atomic: a.Map.ElementRelationship == smdschema.Atomic, fields: make(map[string]*cnode, len(a.Map.Fields))}
+	if am := a.Map; am != nil {
+		m := &cmap{atomic: am.ElementRelationship == smdschema.Atomic, fields: make(map[string]*cnode, len(am.Fields))}
 		n.mp = m
-		for _, f := range a.Map.Fields {
+		for _, f := range am.Fields {
 			m.fields[f.Name] = c.compile(f.Type)
 		}
-		if a.Map.ElementType != (smdschema.TypeRef{}) {
-			m.elem = c.compile(a.Map.ElementType)
+		if am.ElementType != (smdschema.TypeRef{}) {
+			m.elem = c.compile(am.ElementType)
 		}
 	}
 	return n

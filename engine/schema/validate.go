@@ -267,6 +267,6 @@ func (w *sortedValidator) keyDefault(list *smdschema.List, fieldName string) (an
 	if atom.Map == nil {
 		return nil, errors.New("associative list may not have non-map types")
 	}
-	field, _ := atom.Map.FindField(fieldName)
+	field, _ := atom.FindField(fieldName)
 	return field.Default, nil
 }

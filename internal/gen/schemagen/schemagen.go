@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"sort"
 	"strconv"
@@ -72,13 +71,17 @@ func Locate(dir string) (Source, error) {
 	return Source{Dir: d, Version: v}, nil
 }
 
+// goCommand finds the go command on PATH or else in $GOROOT/bin (go
+// generate sets GOROOT; go test puts $GOROOT/bin first on PATH).
 func goCommand() (string, error) {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
+	if root := os.Getenv("GOROOT"); root != "" {
+		p := filepath.Join(root, "bin", "go")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
 	}
 	return "", errors.New("the go command was not found")
 }
@@ -285,13 +288,13 @@ func TypesYAML(yaml string, p *typed.Parser, root string) (string, error) {
 	var visit func(name string) error
 	var visitRef func(tr smdschema.TypeRef) error
 	visitAtom := func(a smdschema.Atom) error {
-		if a.Map != nil {
-			for _, f := range a.Map.Fields {
+		if m := a.Map; m != nil {
+			for _, f := range m.Fields {
 				if err := visitRef(f.Type); err != nil {
 					return err
 				}
 			}
-			if err := visitRef(a.Map.ElementType); err != nil {
+			if err := visitRef(m.ElementType); err != nil {
 				return err
 			}
 		}

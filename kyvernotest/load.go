@@ -85,7 +85,9 @@ type Payload struct {
 }
 
 // PolicyCount, ResourceCount and ExceptionCount describe the suite.
-func (s *Suite) PolicyCount() int    { return len(s.policies) + len(s.mpols) + len(s.vaps) + len(s.maps) + len(s.authz) }
+func (s *Suite) PolicyCount() int {
+	return len(s.policies) + len(s.mpols) + len(s.vaps) + len(s.maps) + len(s.authz)
+}
 func (s *Suite) ResourceCount() int  { return len(s.resources) }
 func (s *Suite) ExceptionCount() int { return s.exceptions }
 

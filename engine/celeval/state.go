@@ -41,7 +41,7 @@ type State struct {
 	// inexact is set when charged estimates exceeded the budget.
 	inexact bool
 	// lbl says what is being evaluated (for traces: set only when traced).
-	lbl    traceLabel
+	lbl      traceLabel
 	isTraced bool
 }
 

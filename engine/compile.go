@@ -87,6 +87,14 @@ type Options struct {
 	// are evaluated offline (arbiter test, arbiter apply). A server
 	// refuses them: it cannot read or write the cluster's resources yet.
 	MutateExisting bool
+	// RefuseNamespacedHTTP refuses NamespacedValidatingPolicies and
+	// NamespacedMutatingPolicies whose expressions use http.*, as Kyverno
+	// refuses them at admission unless --allowHTTPInNamespacedPolicies is
+	// set ("http.* is not allowed in namespaced policies; ..."). A server
+	// sets it when its callout configuration does not allow HTTP calls in
+	// namespaced policies; the CLI does not (Kyverno's CLI does not validate
+	// policies that way, and serves their calls from mocks).
+	RefuseNamespacedHTTP bool
 }
 
 // Compile builds an immutable PolicySet from objects: policies of every
@@ -200,9 +208,21 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			errs = append(errs, s.err)
 		case s.policy != nil:
 			c.policies[s.id] = cachedPolicy{version: s.ver, vpol: s.policy}
+			if opts.RefuseNamespacedHTTP {
+				if err := namespacedHTTPRefused(s.o, s.policy, nil); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
 			pols = append(pols, s.policy)
 		case s.mpol != nil:
 			c.policies[s.id] = cachedPolicy{version: s.ver, mpol: s.mpol}
+			if opts.RefuseNamespacedHTTP {
+				if err := namespacedHTTPRefused(s.o, nil, s.mpol); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
 			if s.mpol.MutateExisting() && !opts.MutateExisting {
 				errs = append(errs, mutateExistingRefused(s.o, s.mpol))
 				continue

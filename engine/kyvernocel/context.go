@@ -66,6 +66,18 @@ type HTTPContext interface {
 	Client(ctx context.Context, caBundle string) (HTTPContext, error)
 }
 
+// HTTPNamespacer is implemented by an HTTPContext that serves the calls of
+// namespaced policies apart, as Kyverno's NewLazyCELHTTPContext(namespace)
+// does (pkg/cel/compiler/http.go: with --allowHTTPInNamespacedPolicies off,
+// Get and Post of a namespaced policy fail with HTTPNotAllowedMessage).
+// Bind gives the "http" variable of a policy of namespace ns (ns != "")
+// ForNamespace(ns) instead of the context itself. An HTTPContext that does not
+// implement it — the mocks of `arbiter test`, which Kyverno's CLI serves
+// before that rule — serves every policy alike.
+type HTTPNamespacer interface {
+	ForNamespace(ns string) HTTPContext
+}
+
 // Context is everything the context-bound libraries read. Every method takes
 // a context.Context first; Bind passes context.Background(), BindContext the
 // caller's.
@@ -85,7 +97,9 @@ type Context interface {
 // For a namespaced policy (ns != ""), resource.* is confined to ns (compile
 // with Options{Namespaced: true}) and globalContext.* fails with Kyverno's
 // "globalContext.* is not allowed in namespaced policies"; http.* is served by
-// c.HTTP() unchanged (wrap it with NamespacedHTTPNotAllowed to refuse it).
+// c.HTTP().ForNamespace(ns) when c.HTTP() implements HTTPNamespacer, by
+// c.HTTP() unchanged otherwise (wrap it with NamespacedHTTPNotAllowed to
+// refuse it).
 //
 // The values are immutable: one map may serve any number of evaluations,
 // concurrently, of the policies of namespace ns against c.
@@ -106,9 +120,15 @@ func BindContext(ctx context.Context, c Context, ns string) map[string]any {
 	if ns != "" {
 		gc = namespacedGlobalContext{}
 	}
+	h := c.HTTP()
+	if ns != "" {
+		if n, ok := h.(HTTPNamespacer); ok {
+			h = n.ForNamespace(ns)
+		}
+	}
 	return map[string]any{
 		ResourceVar:      &resourceValue{ctx: ctx, c: c, ns: ns},
-		HTTPVar:          &httpValue{ctx: ctx, c: c.HTTP()},
+		HTTPVar:          &httpValue{ctx: ctx, c: h},
 		GlobalContextVar: &globalContextValue{ctx: ctx, c: gc},
 		ImageDataVar:     &imageDataValue{ctx: ctx, c: c},
 	}

@@ -48,3 +48,50 @@ func TestNamespacedWithoutNamespace(t *testing.T) {
 		t.Errorf("got %v", got)
 	}
 }
+
+// nsHTTP answers every call with the namespace it was bound to.
+type nsHTTP struct{ ns string }
+
+func (h nsHTTP) Get(context.Context, string, map[string]string) (any, error) {
+	return map[string]any{"ns": h.ns}, nil
+}
+
+func (h nsHTTP) Post(context.Context, string, any, map[string]string) (any, error) {
+	return map[string]any{"ns": h.ns}, nil
+}
+
+func (h nsHTTP) Client(context.Context, string) (HTTPContext, error) { return h, nil }
+
+func (h nsHTTP) ForNamespace(ns string) HTTPContext { return nsHTTP{ns: "for:" + ns} }
+
+// TestBindHTTPNamespacer: a namespaced policy's http variable is
+// ForNamespace(ns) of an HTTPContext that implements HTTPNamespacer; a
+// cluster policy's is the context itself, and so is a namespaced policy's
+// when the context does not implement it.
+func TestBindHTTPNamespacer(t *testing.T) {
+	c := WithHTTP(Offline, nsHTTP{})
+	for _, tc := range []struct {
+		ns, expr, want string
+	}{
+		{"", `http.Get("https://example.com").ns`, ""},
+		{"team", `http.Get("https://example.com").ns`, "for:team"},
+		{"team", `http.post("https://example.com", {}).ns`, "for:team"},
+		{"team", `http.Client("").Get("https://example.com").ns`, "for:team"},
+	} {
+		got, err := evalExpr(t, tc.ns != "", tc.expr, Bind(c, tc.ns))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+		if types.IsError(got) || got.Value() != tc.want {
+			t.Errorf("ns %q: %s = %v, want %q", tc.ns, tc.expr, got, tc.want)
+		}
+	}
+	// without HTTPNamespacer, a namespaced policy gets the context itself
+	got, err := evalExpr(t, true, `http.Get("https://example.com")`, Bind(Offline, "team"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !types.IsError(got) || got.(*types.Err).String() != "request failed: http.Get: no network access in this context" {
+		t.Errorf("Offline in a namespaced policy: %v", got)
+	}
+}

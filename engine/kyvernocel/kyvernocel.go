@@ -88,8 +88,8 @@ type Options struct {
 	// Namespaced selects the NamespacedValidatingPolicy variant of the
 	// resource library: List/Get/Post without a namespace argument, confined
 	// to the namespace given to Bind. Whether http.* may be used by a
-	// namespaced policy is decided by the caller (see ExpressionsUseHTTP and
-	// NamespacedHTTPNotAllowed).
+	// namespaced policy is decided by the caller (see ExpressionsUseHTTP,
+	// HTTPNamespacer and NamespacedHTTPNotAllowed).
 	Namespaced bool
 }
 

@@ -27,8 +27,9 @@ func list(t *testing.T, template string, patterns ...string) []string {
 }
 
 // TestEngineIsPure: no engine package imports gRPC, bbolt or net/http, and
-// nothing the engine links reaches gRPC, bbolt or the server, store, client
-// and imagedata packages. (The Kubernetes libraries the engine is built on —
+// nothing the engine links reaches gRPC, bbolt or the server, store and
+// client packages, or the imagedata and callout packages that make the calls
+// out of the context libraries. (The Kubernetes libraries the engine is built on —
 // k8s.io/apimachinery's meta/v1 and k8s.io/apiserver's CEL library — link
 // net/http themselves; Arbiter's engine code does not use it.)
 func TestEngineIsPure(t *testing.T) {
@@ -46,7 +47,7 @@ func TestEngineIsPure(t *testing.T) {
 	deps := list(t, `{{join .Deps "\n"}}`, "./engine/...")
 	var ours []string
 	for _, dep := range deps {
-		for _, b := range []string{"google.golang.org/grpc", "go.etcd.io/bbolt", module + "/server", module + "/store", module + "/client", module + "/imagedata"} {
+		for _, b := range []string{"google.golang.org/grpc", "go.etcd.io/bbolt", module + "/server", module + "/store", module + "/client", module + "/imagedata", module + "/callout"} {
 			if dep == b || strings.HasPrefix(dep, b+"/") {
 				t.Errorf("the engine links %s", dep)
 			}
@@ -62,6 +63,19 @@ func TestEngineIsPure(t *testing.T) {
 		for _, imp := range f[1:] {
 			if imp == "net/http" || strings.HasPrefix(imp, "net/http/") {
 				t.Errorf("%s, which the engine links, imports %s", f[0], imp)
+			}
+		}
+	}
+}
+
+// TestCalloutLinksOnlyTheEngine: callout implements the engine's context
+// interfaces for the server; it links none of the server, store or client
+// packages (the server embeds it, not the other way round).
+func TestCalloutLinksOnlyTheEngine(t *testing.T) {
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./callout") {
+		for _, b := range []string{module + "/server", module + "/store", module + "/client", module + "/cmd", "google.golang.org/grpc", "go.etcd.io/bbolt"} {
+			if dep == b || strings.HasPrefix(dep, b+"/") {
+				t.Errorf("callout links %s", dep)
 			}
 		}
 	}

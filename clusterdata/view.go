@@ -85,6 +85,11 @@ type nsBucket struct {
 	names []string
 	objs  []*manifest.Object
 	items []unstructured.Unstructured
+	// labels[i] is objs[i]'s metadata.labels (nil when it has none), for
+	// label selection without walking the objects.
+	labels []map[string]any
+	// versions are the versions its objects are stored at, sorted.
+	versions []string
 }
 
 var emptyView = &View{kinds: map[schema.GroupKind]*kindBucket{}, mapper: builtinMapper()}
@@ -199,11 +204,9 @@ func (b *kindBucket) derive() {
 			}
 		}
 		sort.Strings(b.namespaces)
-		seen := map[string]bool{}
 		for _, ns := range b.namespaces {
-			for _, o := range b.byNS[ns].objs {
-				if v := o.VersionOnly(); !seen[v] {
-					seen[v] = true
+			for _, v := range b.byNS[ns].versions {
+				if !slices.Contains(b.versions, v) {
 					b.versions = append(b.versions, v)
 				}
 			}
@@ -365,6 +368,15 @@ func (nb *nsBucket) apply(changes map[string]*manifest.Object) (*nsBucket, int) 
 	if len(out.names) == 0 {
 		return nil, delta
 	}
+	out.labels = make([]map[string]any, len(out.objs))
+	for i, o := range out.objs {
+		if v := o.VersionOnly(); !slices.Contains(out.versions, v) {
+			out.versions = append(out.versions, v)
+		}
+		md, _ := o.Content["metadata"].(map[string]any)
+		out.labels[i], _ = md["labels"].(map[string]any)
+	}
+	sort.Strings(out.versions)
 	return out, delta
 }
 
@@ -453,14 +465,22 @@ func (v *View) ListResources(_ context.Context, apiVersion, resource, namespace 
 	}
 	var items []unstructured.Unstructured
 	if b != nil {
-		if namespace == "" {
+		switch {
+		case namespace != "":
+			if nb := b.byNS[namespace]; nb != nil {
+				items = nb.items
+				if len(labels) > 0 {
+					items = nb.selectLabels(labels, nil)
+				}
+			}
+		case len(labels) == 0:
 			items = b.allItems()
-		} else if nb := b.byNS[namespace]; nb != nil {
-			items = nb.items
+		default:
+			b.derive()
+			for _, ns := range b.namespaces {
+				items = b.byNS[ns].selectLabels(labels, items)
+			}
 		}
-	}
-	if len(labels) > 0 && len(items) > 0 {
-		items = filterLabels(items, labels)
 	}
 	if items == nil {
 		items = []unstructured.Unstructured{}
@@ -472,23 +492,22 @@ func listMeta(apiVersion, kind string) map[string]any {
 	return map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": map[string]any{"resourceVersion": ""}}
 }
 
-// filterLabels returns the items whose labels hold every key and value of
-// want.
-func filterLabels(items []unstructured.Unstructured, want map[string]string) []unstructured.Unstructured {
-	var out []unstructured.Unstructured
-	for i := range items {
-		md, _ := items[i].Object["metadata"].(map[string]any)
-		have, _ := md["labels"].(map[string]any)
+// selectLabels appends to out the items whose labels hold every key and value
+// of want.
+func (nb *nsBucket) selectLabels(want map[string]string, out []unstructured.Unstructured) []unstructured.Unstructured {
+	for i, have := range nb.labels {
+		if len(have) < len(want) {
+			continue
+		}
 		ok := true
 		for k, v := range want {
-			s, isStr := have[k].(string)
-			if !isStr || s != v {
+			if s, isStr := have[k].(string); !isStr || s != v {
 				ok = false
 				break
 			}
 		}
 		if ok {
-			out = append(out, items[i])
+			out = append(out, nb.items[i])
 		}
 	}
 	return out

@@ -285,7 +285,10 @@ func NewEntryData(e *Entry, fetchedAt time.Time, data any, fetchErr error) *mani
 // the next revisions while neither the entry nor the objects it reads
 // change. It is immutable and safe for concurrent use.
 type Globals struct {
-	view    *View
+	view *View
+	// reader lists the objects of kubernetesResource entries: view, or a
+	// live cluster (NewGlobalsOn).
+	reader  Reader
 	entries map[string]*globalEntry
 }
 
@@ -310,7 +313,10 @@ type projected struct {
 // computed data of prev where entry and source are unchanged. prev may be
 // nil.
 func NewGlobals(entries []*Entry, view *View, prev *Globals) *Globals {
-	g := &Globals{view: view, entries: make(map[string]*globalEntry, len(entries))}
+	if view == nil {
+		view = Empty()
+	}
+	g := &Globals{view: view, reader: view, entries: make(map[string]*globalEntry, len(entries))}
 	for _, e := range entries {
 		ge := &globalEntry{entry: e, source: g.source(e)}
 		if prev != nil {
@@ -319,6 +325,18 @@ func NewGlobals(entries []*Entry, view *View, prev *Globals) *Globals {
 			}
 		}
 		g.entries[e.Name] = ge
+	}
+	return g
+}
+
+// NewGlobalsOn returns the global context of entries whose
+// kubernetesResource objects are read from r (a live cluster: arbiter
+// apply --cluster) each time an entry is first used. apiCall entries have
+// no data there.
+func NewGlobalsOn(entries []*Entry, r Reader) *Globals {
+	g := &Globals{view: Empty(), reader: r, entries: make(map[string]*globalEntry, len(entries))}
+	for _, e := range entries {
+		g.entries[e.Name] = &globalEntry{entry: e}
 	}
 	return g
 }
@@ -400,7 +418,7 @@ func (g *Globals) compute(ge *globalEntry) {
 	e := ge.entry
 	if k := e.Spec.KubernetesResource; k != nil {
 		apiVersion := schema.GroupVersion{Group: k.Group, Version: k.Version}.String()
-		list, err := g.view.ListResources(context.Background(), apiVersion, k.Resource, k.Namespace, nil)
+		list, err := g.reader.ListResources(context.Background(), apiVersion, k.Resource, k.Namespace, nil)
 		if err != nil {
 			ge.err = fmt.Errorf("kubernetesResource %s %s: %w", apiVersion, k.Resource, err)
 			return

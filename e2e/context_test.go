@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/arbiter-pdp/arbiter/internal/k8stest"
 )
 
 // results are a run's results: "Kind namespace/name policy result message",
@@ -104,5 +106,35 @@ func TestContextOfflineEqualsServer(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "apply", "--server", p.addr, "--context", objects, "--resource", resources); code != 2 || !strings.Contains(errOut, "the context is the server's") {
 		t.Fatalf("--server --context: exit %d %s", code, errOut)
+	}
+}
+
+// apply --cluster reads what the policies read from a live API server,
+// read-only: with the objects of testdata/context created in the cluster,
+// the results are those of --context and of the server.
+func TestContextFromCluster(t *testing.T) {
+	api, kc := kubeEnv(t)
+	dir := "testdata/context"
+	objs, err := k8stest.ReadObjects(filepath.Join(dir, "objects", "objects.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"full", "roomy", "shop", "jobs", "empty"} {
+		kubeApply(t, kc, map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}})
+	}
+	for _, o := range objs {
+		kubeApply(t, kc, o)
+		t.Cleanup(func() { kubeDelete(t, kc, o) })
+	}
+	offline, errOut, code := run(t, "apply", filepath.Join(dir, "policies"), "--context", filepath.Join(dir, "objects"), "--resource", filepath.Join(dir, "resources"), "--mode", "admission", "-o", "json")
+	if code != 1 {
+		t.Fatalf("offline: exit %d %s", code, errOut)
+	}
+	live, errOut, code := run(t, "apply", filepath.Join(dir, "policies"), "--cluster", "--kubeconfig", api.Kubeconfig, "--resource", filepath.Join(dir, "resources"), "--mode", "admission", "-o", "json")
+	if code != 1 {
+		t.Fatalf("--cluster: exit %d %s", code, errOut)
+	}
+	if got, want := results(t, live), results(t, offline); !reflect.DeepEqual(got, want) {
+		t.Fatalf("--cluster results\n%s\nwant (offline)\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

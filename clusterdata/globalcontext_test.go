@@ -244,7 +244,7 @@ func TestJSONShaped(t *testing.T) {
 		t.Fatal("input modified")
 	}
 	same := map[string]any{"a": "x", "b": []any{1.5}}
-	if o := jsonShaped(same).(map[string]any); &o == nil || o["b"].([]any)[0] != 1.5 {
+	if o := jsonShaped(same).(map[string]any); o["b"].([]any)[0] != 1.5 {
 		t.Fatal("unchanged value")
 	}
 }

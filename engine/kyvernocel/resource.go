@@ -9,9 +9,9 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"google.golang.org/protobuf/types/known/structpb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/engine/jsonval"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // resource library (sdk extensions/cel/libs/resource): member functions of

@@ -87,8 +87,8 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 	}
 	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
 	opts.Now = start // one clock reading for the item
-	reads := &clusterdata.Reads{}
-	opts.Context = snap.Context(reads)
+	var reads *clusterdata.Reads
+	opts.Context, reads = snap.RecordedContext()
 	d := snap.Set.Evaluate(ctx, req, opts)
 	if reports && cand == nil {
 		// The report holds the results: the decision is only the verdict.

@@ -25,8 +25,8 @@ func (s *Server) Decide(ctx context.Context, in *arbiterv1.DecideRequest) (*arbi
 		return nil, toStatus(err)
 	}
 	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
-	reads := &clusterdata.Reads{}
-	opts.Context = snap.Context(reads)
+	var reads *clusterdata.Reads
+	opts.Context, reads = snap.RecordedContext()
 	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := convert.ResponseFromDecision(d)
 	resp.Revision = snap.Revision

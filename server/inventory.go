@@ -341,7 +341,7 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 		return nil, toStatus(err)
 	}
 	resp := &arbiterv1.ApplicableResponse{Revision: snap.Revision, Digest: snap.Digest, Policies: []*arbiterv1.ApplicablePolicy{}}
-	opts.Context = snap.Context(nil)
+	opts.Context = snap.Context()
 	for _, a := range snap.Set.Applicable(ctx, req, evaluate, opts) {
 		ap := &arbiterv1.ApplicablePolicy{Variant: a.Variant, MatchError: a.MatchError}
 		switch {
@@ -378,8 +378,8 @@ func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*ar
 		return nil, toStatus(err)
 	}
 	opts.Trace = &outcome.Trace{}
-	reads := &clusterdata.Reads{}
-	opts.Context = snap.Context(reads)
+	var reads *clusterdata.Reads
+	opts.Context, reads = snap.RecordedContext()
 	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := &arbiterv1.ExplainResponse{Decision: convert.ResponseFromDecision(d)}
 	for _, r := range reads.List() {

@@ -60,12 +60,26 @@ func (s *Snapshot) Next() <-chan struct{} { return s.next }
 
 // Context returns the context a decision at this revision reads
 // (resource.*, globalContext.*, and the calls out the server is configured
-// with), recording what it reads in reads (which may be nil).
-func (s *Snapshot) Context(reads *clusterdata.Reads) kyvernocel.Context {
-	c := *s.libs
-	c.Reads = reads
-	return &c
+// with), without recording what it reads.
+func (s *Snapshot) Context() kyvernocel.Context { return s.libs }
+
+// RecordedContext returns the context of one decision at this revision and
+// the record of what the decision reads through it (one allocation).
+func (s *Snapshot) RecordedContext() (kyvernocel.Context, *clusterdata.Reads) {
+	d := &recorded{c: *s.libs}
+	d.c.Reads = &d.r
+	return &d.c, &d.r
 }
+
+type recorded struct {
+	c clusterdata.Context
+	r clusterdata.Reads
+}
+
+// GlobalContextEntries returns the revision's GlobalContextEntries, by
+// name: what a refresher of apiCall entries fetches (committing each
+// result with clusterdata.NewEntryData).
+func (s *Snapshot) GlobalContextEntries() []*clusterdata.Entry { return s.globals.Entries() }
 
 func contextKey(k store.Key) clusterdata.Key {
 	return clusterdata.Key{Group: k.Group, Kind: k.Kind, Namespace: k.Namespace, Name: k.Name}

@@ -318,3 +318,93 @@ func TestViewLarge(t *testing.T) {
 		t.Fatalf("all: %d", len(got))
 	}
 }
+
+// FuzzViewApply: any sequence of upserts and deletes leaves a view whose
+// Len, Range, Get, List and Apply's copy-on-write agree with a plain map
+// of the same changes.
+func FuzzViewApply(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, uint8(3))
+	f.Add([]byte{9, 9, 9, 1, 1, 0, 200, 201, 202}, uint8(1))
+	kinds := []struct{ apiVersion, kind, resource string }{
+		{"v1", "ConfigMap", "configmaps"}, {"apps/v1", "Deployment", "deployments"}, {"example.com/v1", "Gadget", "gadgets"},
+	}
+	f.Fuzz(func(t *testing.T, ops []byte, batch uint8) {
+		if batch == 0 {
+			batch = 1
+		}
+		want := map[Key]*manifest.Object{}
+		v := Empty()
+		var changes []Change
+		flush := func() {
+			before := v
+			beforeLen := before.Len()
+			v = v.Apply(changes)
+			if before.Len() != beforeLen {
+				t.Fatal("Apply changed its receiver")
+			}
+			changes = nil
+		}
+		for i, op := range ops {
+			k := kinds[int(op)%len(kinds)]
+			ns := fmt.Sprintf("ns%d", (op/3)%3)
+			name := fmt.Sprintf("o%d", (op/9)%5)
+			key := Key{Group: schema.FromAPIVersionAndKind(k.apiVersion, k.kind).Group, Kind: k.kind, Namespace: ns, Name: name}
+			if op >= 128 {
+				delete(want, key)
+				changes = append(changes, Change{Key: key})
+			} else {
+				o := obj(k.apiVersion, k.kind, ns, name, map[string]string{"i": fmt.Sprint(i % 2)})
+				want[key] = o
+				changes = append(changes, Change{Key: key, Object: o})
+			}
+			if len(changes) >= int(batch) {
+				flush()
+			}
+		}
+		flush()
+		if v.Len() != len(want) {
+			t.Fatalf("len %d, want %d", v.Len(), len(want))
+		}
+		var prev *Key
+		n := 0
+		v.Range(func(k Key, o *manifest.Object) bool {
+			if want[k] != o {
+				t.Fatalf("%v: wrong object", k)
+			}
+			if prev != nil && !(prev.Group < k.Group || prev.Group == k.Group && (prev.Kind < k.Kind || prev.Kind == k.Kind &&
+				(prev.Namespace < k.Namespace || prev.Namespace == k.Namespace && prev.Name < k.Name))) {
+				t.Fatalf("%v after %v", k, *prev)
+			}
+			kk := k
+			prev = &kk
+			n++
+			return true
+		})
+		if n != len(want) {
+			t.Fatalf("range %d, want %d", n, len(want))
+		}
+		for _, k := range kinds {
+			for _, ns := range []string{"", "ns0", "ns1", "ns2"} {
+				count := 0
+				for key := range want {
+					if key.Kind == k.kind && (ns == "" || key.Namespace == ns) {
+						count++
+					}
+				}
+				list, err := v.ListResources(context.Background(), k.apiVersion, k.resource, ns, nil)
+				if k.kind == "Gadget" && count == 0 && ns == "" {
+					continue // a guessed kind without objects is unknown
+				}
+				if err != nil {
+					if k.kind == "Gadget" && count == 0 {
+						continue
+					}
+					t.Fatal(err)
+				}
+				if len(list.Items) != count {
+					t.Fatalf("%s in %q: %d, want %d", k.resource, ns, len(list.Items), count)
+				}
+			}
+		}
+	})
+}

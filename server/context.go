@@ -74,7 +74,8 @@ func (s *Server) build(base *content, changes []store.Change, sources map[store.
 		if c.Op != store.OpUpsert {
 			if _, ok := base.view.Get(ck); ok {
 				viewChanges = append(viewChanges, clusterdata.Change{Key: ck})
-			} else {
+			}
+			if _, ok := base.objects.get(c.Key); ok {
 				policyChanges = append(policyChanges, objectChange{key: c.Key})
 			}
 			continue

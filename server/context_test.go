@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -270,4 +271,76 @@ func TestPushReplacesContextObjects(t *testing.T) {
 	if len(keys) != 2 || !strings.Contains(keys[0], "two") || !strings.Contains(keys[1], "three") {
 		t.Fatalf("stored %q", keys)
 	}
+}
+
+// A decision at revision R reads exactly the context objects of R, while
+// commits change them concurrently: each decision's count of ConfigMaps is
+// the count its revision holds.
+func TestContextReadsItsRevision(t *testing.T) {
+	ctx := context.Background()
+	ts := startServer(t, server.Config{})
+	commit, err := ts.LoadObjects(ctx, contextObjects(t, `apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: count}
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  validations:
+  - expression: 'size(resource.List("v1", "configmaps", "apps").items) < 0'
+    messageExpression: string(size(resource.List("v1", "configmaps", "apps").items))
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := commit.Revision
+	const writes = 40
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < writes; i++ {
+			if _, err := ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: []*arbiterv1.Change{upsert(cmJSON("apps", fmt.Sprintf("cm-%02d", i)))}}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	seen := make([]map[uint64]bool, 4)
+	for reader := range seen {
+		seen[reader] = map[uint64]bool{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				resp, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: podJSON("apps", "p")})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				seen[reader][resp.GetRevision()] = true
+				if want := fmt.Sprintf("Policy count failed: %d", resp.GetRevision()-base); resp.GetStatus().GetMessage() != want {
+					t.Errorf("revision %d: %q, want %q", resp.GetRevision(), resp.GetStatus().GetMessage(), want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	revs := map[uint64]bool{}
+	for _, s := range seen {
+		for r := range s {
+			revs[r] = true
+		}
+	}
+	if len(revs) < 2 {
+		t.Fatalf("decisions saw %d revisions: the writes did not overlap them", len(revs))
+	}
+	<-done
 }

@@ -224,3 +224,17 @@ func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// BenchmarkViewGet is View.GetResource alone (no read record).
+func BenchmarkViewGet(b *testing.B) {
+	v := benchView()
+	b.ReportAllocs()
+	start := cpuTime()
+	for b.Loop() {
+		o, err := v.GetResource(context.Background(), "v1", "configmaps", "ns-250", "cm-050")
+		if err != nil || o.GetName() != "cm-050" {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, start)
+}

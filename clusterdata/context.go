@@ -259,7 +259,7 @@ type Reads struct {
 func (rs *Reads) add(r Read) {
 	rs.mu.Lock()
 	if rs.reads == nil {
-		rs.reads = make([]Read, 0, 4)
+		rs.reads = make([]Read, 0, 2)
 	}
 	rs.reads = append(rs.reads, r)
 	rs.mu.Unlock()

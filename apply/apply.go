@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
@@ -61,6 +62,10 @@ type Options struct {
 	FailOn string
 	// Progress is auto, always or never: the progress bar on Stderr.
 	Progress string
+	// Context is what resource.Get/List and globalContext.Get read
+	// locally (--context, --cluster); with Server, the server's stored
+	// context objects are read instead.
+	Context ContextOptions
 	// Stderr receives warnings and the progress bar (nil: os.Stderr).
 	Stderr io.Writer
 }
@@ -291,6 +296,9 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	fin := newFinisher(out, o.Output)
 	var start time.Time
 	if o.Server != "" {
+		if !o.Context.Empty() {
+			return errors.New("with --server the context is the server's (store context objects beside the policies: arbiter push): drop --context and --cluster")
+		}
 		read, err := loadInputs(o.Paths, o.Resources, o.Exceptions)
 		if err != nil {
 			return err
@@ -337,9 +345,13 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		if err != nil {
 			return err
 		}
+		libs, err := LoadContext(ctx, o.Context, in.objects)
+		if err != nil {
+			return err
+		}
 		prog = newProgress(o.Progress, len(in.resources), o.Stderr)
 		start = time.Now()
-		if outcomes, err = decideLocal(ctx, ps, in.resources, o.Operation, mode, prog, fin); err != nil {
+		if outcomes, err = decideLocal(ctx, ps, libs, in.resources, o.Operation, mode, prog, fin); err != nil {
 			return err
 		}
 	}
@@ -388,7 +400,7 @@ func failed(outcomes []outcome, failOn string) bool {
 
 // decideLocal evaluates every resource on the compiled set, in parallel,
 // decoding each as it goes.
-func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resourceDoc, operation string, mode admission.Mode, prog *progress, fin *finisher) ([]outcome, error) {
+func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Context, resources []resourceDoc, operation string, mode admission.Mode, prog *progress, fin *finisher) ([]outcome, error) {
 	outcomes := make([]outcome, len(resources))
 	err := parallel.Try(len(resources), func(i int) error {
 		res, sizes, err := resources[i].decoded()
@@ -400,7 +412,7 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resource
 			return err
 		}
 		outcomes[i] = newOutcome(res, req.Namespace)
-		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes})
+		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes, Context: libs})
 		outcomes[i].decision = convert.ResponseFromDecision(d)
 		if d.Mutated != nil && (fin.format == "json" || fin.format == "yaml") {
 			outcomes[i].admitted, _ = jsonenc.AppendValue(nil, d.Mutated)

@@ -25,6 +25,10 @@ type Entry struct {
 	Exceptions Exceptions `json:"exceptions"`
 	// DurationSeconds is the time taken to decide.
 	DurationSeconds float64 `json:"durationSeconds"`
+	// ContextReads are the context objects and GlobalContextEntries the
+	// decision read (resource.Get, resource.List, globalContext.Get,
+	// image.GetMetadata): keys and counts, never their content.
+	ContextReads []ContextRead `json:"contextReads,omitempty"`
 	// Object and OldObject are the request's objects, masked (only when
 	// the log includes objects).
 	Object    map[string]any `json:"object,omitempty"`
@@ -63,4 +67,22 @@ type Exceptions struct {
 	Refused []string `json:"refused,omitempty"`
 	// Expired are expired exceptions bound to a policy that applied.
 	Expired []string `json:"expired,omitempty"`
+}
+
+// ContextRead is one read of a decision: a resource.Get (op "get":
+// apiVersion, resource, namespace, name; count 1 when found), a
+// resource.List (op "list": apiVersion, resource, namespace, selector;
+// count of objects listed), a globalContext.Get (op "globalContext": name
+// of the entry, projection; count 1 when it had data) or an
+// image.GetMetadata (op "image": name is the image).
+type ContextRead struct {
+	Op         string `json:"op"`
+	APIVersion string `json:"apiVersion,omitempty"`
+	Resource   string `json:"resource,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Selector   string `json:"selector,omitempty"`
+	Projection string `json:"projection,omitempty"`
+	Count      int    `json:"count"`
+	Error      string `json:"error,omitempty"`
 }

@@ -43,6 +43,16 @@ const (
 	ClassMAP
 	// ClassMAPBinding is a MutatingAdmissionPolicyBinding.
 	ClassMAPBinding
+	// ClassGlobalContextEntry is a Kyverno GlobalContextEntry (kyverno.io):
+	// the data globalContext.Get serves. It is stored and consulted
+	// (package clusterdata), not compiled by the engine.
+	ClassGlobalContextEntry
+)
+
+// Kyverno's GlobalContextEntry kind and group.
+const (
+	globalContextGroup     = "kyverno.io"
+	kindGlobalContextEntry = "GlobalContextEntry"
 )
 
 // unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
@@ -70,6 +80,8 @@ func Classify(o *manifest.Object) Class {
 			return ClassException
 		}
 		return ClassUnsupported
+	case group == globalContextGroup && o.Kind == kindGlobalContextEntry:
+		return ClassGlobalContextEntry
 	case unsupportedGroups[group]:
 		return ClassUnsupported
 	case group == "" && o.Kind == "Namespace" && o.APIVersion == "v1":
@@ -99,20 +111,7 @@ func Classify(o *manifest.Object) Class {
 // some policy's paramKind. Params are stored and consulted, not evaluated
 // as resources.
 func ParamObjects(objs []*manifest.Object) map[*manifest.Object]bool {
-	kinds := map[[2]string]bool{}
-	for _, o := range objs {
-		var apiVersion, kind string
-		var ok bool
-		switch Classify(o) {
-		case ClassVAP:
-			apiVersion, kind, ok = vap.ParamKindOf(o)
-		case ClassMAP:
-			apiVersion, kind, ok = mapol.ParamKindOf(o)
-		}
-		if ok {
-			kinds[[2]string{apiVersion, kind}] = true
-		}
-	}
+	kinds := ParamKinds(objs)
 	if len(kinds) == 0 {
 		return nil
 	}
@@ -123,4 +122,27 @@ func ParamObjects(objs []*manifest.Object) map[*manifest.Object]bool {
 		}
 	}
 	return out
+}
+
+// ParamKinds returns the param kinds ({apiVersion, kind}) of the
+// ValidatingAdmissionPolicies and MutatingAdmissionPolicies among objs.
+func ParamKinds(objs []*manifest.Object) map[[2]string]bool {
+	var kinds map[[2]string]bool
+	for _, o := range objs {
+		var apiVersion, kind string
+		var ok bool
+		switch Classify(o) {
+		case ClassVAP:
+			apiVersion, kind, ok = vap.ParamKindOf(o)
+		case ClassMAP:
+			apiVersion, kind, ok = mapol.ParamKindOf(o)
+		}
+		if ok {
+			if kinds == nil {
+				kinds = map[[2]string]bool{}
+			}
+			kinds[[2]string{apiVersion, kind}] = true
+		}
+	}
+	return kinds
 }

@@ -172,6 +172,8 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			}
 		case ClassPodSecurityConfiguration:
 			psaObjs = append(psaObjs, o)
+		case ClassGlobalContextEntry:
+			// Consulted by the context (package clusterdata), not compiled.
 		case ClassResource:
 			others = append(others, o)
 		}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -627,5 +628,40 @@ func (f *fixture) storeEqualsCluster() {
 			f.t.Fatalf("the store differs from the cluster:\n%s", strings.Join(diff, "\n"))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// LiveReader (arbiter apply/decide --cluster) reads the API server as
+// Kyverno's context provider does: lists with label selectors, gets (a
+// missing object is NotFound), maps kinds with discovery.
+func TestLiveReader(t *testing.T) {
+	needAPIServer(t)
+	ns := unique("live")
+	apply(t, namespace(ns, nil))
+	for i, team := range []string{"a", "a", "b"} {
+		apply(t, map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": fmt.Sprintf("cm-%d", i), "namespace": ns, "labels": map[string]any{"team": team}}})
+	}
+	r, err := NewLiveReader(apiserver.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	list, err := r.ListResources(ctx, "v1", "configmaps", ns, nil)
+	if err != nil || len(list.Items) != 3 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	list, err = r.ListResources(ctx, "v1", "configmaps", ns, map[string]string{"team": "a"})
+	if err != nil || len(list.Items) != 2 {
+		t.Fatalf("list team=a: %v %v", list, err)
+	}
+	if o, err := r.GetResource(ctx, "v1", "configmaps", ns, "cm-2"); err != nil || o.GetLabels()["team"] != "b" {
+		t.Fatalf("get: %v %v", o, err)
+	}
+	if _, err := r.GetResource(ctx, "v1", "configmaps", ns, "missing"); !apierrors.IsNotFound(err) {
+		t.Fatalf("get missing: %v", err)
+	}
+	if gvr, err := r.ToGVR(ctx, "apps/v1", "Deployment"); err != nil || gvr.Resource != "deployments" {
+		t.Fatalf("toGVR: %v %v", gvr, err)
 	}
 }

@@ -188,7 +188,12 @@ type Source struct {
 	// rejected maps a refused object to the resourceVersion its Event was
 	// recorded for (worker only).
 	rejected map[store.Key]string
-	ready    chan struct{}
+	// paramKinds are the kinds the source has written as params (worker
+	// only): stored objects of these kinds that are no longer params are
+	// its own, stale, and deleted. Objects of other kinds are context
+	// objects written by others (arbiter push), which it leaves alone.
+	paramKinds map[schema.GroupKind]bool
+	ready      chan struct{}
 
 	commits, rejects, watchErrors, relists, reconciles atomic.Uint64
 }
@@ -614,10 +619,12 @@ func paramKinds(snap Snapshot, ups []item, dels []store.Key) map[schema.GroupKin
 }
 
 // withParams adjusts a write to the param kinds it leaves: upserts of
-// objects that would not be params are dropped, and stored params of
-// kinds no policy names any more are deleted (the engine refuses content
-// holding objects that are neither policy objects nor params).
-func withParams(snap Snapshot, ups []item, dels []store.Key) ([]item, []store.Key) {
+// objects that would not be params are dropped, and stored objects of the
+// kinds in owned (those the source wrote as params) that are no longer
+// params are deleted: the source stopped watching them, so they would go
+// stale. Objects of other kinds are left alone (context objects that
+// arbiter push or serve --load stored).
+func withParams(snap Snapshot, ups []item, dels []store.Key, owned map[schema.GroupKind]bool) ([]item, []store.Key) {
 	want := paramKinds(snap, ups, dels)
 	isParam := func(gvk schema.GroupVersionKind) bool { return want[gvk.GroupKind()] == gvk }
 	outUps := ups[:0:0]
@@ -638,7 +645,7 @@ func withParams(snap Snapshot, ups []item, dels []store.Key) ([]item, []store.Ke
 	outDels := append([]store.Key(nil), dels...)
 	snap.Range(func(k store.Key, o *manifest.Object) bool {
 		gk := schema.GroupKind{Group: k.Group, Kind: k.Kind}
-		if deleting[k] || upserting[k] || isFixed(gk) || engine.Classify(o) != engine.ClassResource {
+		if deleting[k] || upserting[k] || isFixed(gk) || !owned[gk] || engine.Classify(o) != engine.ClassResource {
 			return true
 		}
 		if !isParam(schema.FromAPIVersionAndKind(o.APIVersion, o.Kind)) {
@@ -692,9 +699,17 @@ func (s *Source) syncParamWatches(ctx context.Context, snap Snapshot) {
 func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error {
 	for {
 		snap := s.srv.current()
-		wu, wd := withParams(snap, ups, dels)
+		wu, wd := withParams(snap, ups, dels, s.paramKinds)
 		if len(wu) == 0 && len(wd) == 0 {
 			return nil
+		}
+		for _, it := range wu {
+			if gk := (schema.GroupKind{Group: it.key.Group, Kind: it.key.Kind}); !isFixed(gk) {
+				if s.paramKinds == nil {
+					s.paramKinds = map[schema.GroupKind]bool{}
+				}
+				s.paramKinds[gk] = true
+			}
 		}
 		objs := make([]*manifest.Object, len(wu))
 		for i, it := range wu {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -64,7 +65,7 @@ func recycleReport(it *arbiterv1.ItemResult) {
 
 // decideItem decides one item against the snapshot (and the candidate set),
 // answering with its PolicyReport when reports is set.
-func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.PolicySet, reports bool, index uint32, item *arbiterv1.BatchItem) *arbiterv1.ItemResult {
+func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate, reports bool, index uint32, item *arbiterv1.BatchItem) *arbiterv1.ItemResult {
 	out := &arbiterv1.ItemResult{Index: index, Name: item.GetName()}
 	if item.GetRequest() == nil {
 		out.Error = &arbiterv1.ItemError{Code: int32(codes.InvalidArgument), Message: "request: required", Field: "request"}
@@ -86,6 +87,8 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 	}
 	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
 	opts.Now = start // one clock reading for the item
+	var reads *clusterdata.Reads
+	opts.Context, reads = snap.RecordedContext()
 	d := snap.Set.Evaluate(ctx, req, opts)
 	if reports && cand == nil {
 		// The report holds the results: the decision is only the verdict.
@@ -94,10 +97,13 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 		out.Decision = convert.ResponseFromDecision(d)
 	}
 	out.Decision.DecisionId = newDecisionIDAt(start)
-	s.observeDecision(ctx, snap, req, d, out.Decision, start)
+	s.observeDecision(ctx, snap, req, d, out.Decision, start, reads)
 	if cand != nil {
 		cr := *req
-		out.CandidateDecision = convert.ResponseFromDecision(cand.Evaluate(ctx, &cr, opts))
+		copts := *opts
+		c := *cand.libs
+		copts.Context = &c
+		out.CandidateDecision = convert.ResponseFromDecision(cand.set.Evaluate(ctx, &cr, &copts))
 		out.Changed = whatif.Changed(out.Decision, out.CandidateDecision)
 	}
 	if reports {
@@ -110,9 +116,16 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *engine.Po
 	return out
 }
 
+// candidate is the what-if content: its policy set, and the context its
+// decisions read (the snapshot's context objects with the candidate's).
+type candidate struct {
+	set  *engine.PolicySet
+	libs *clusterdata.Context
+}
+
 // candidateSet compiles the snapshot's objects with the what-if candidate
 // objects applied; nil without what-if. Nothing is committed.
-func (s *Server) candidateSet(snap *Snapshot, w *arbiterv1.WhatIf) (*engine.PolicySet, error) {
+func (s *Server) candidateSet(snap *Snapshot, w *arbiterv1.WhatIf) (*candidate, error) {
 	if w == nil || len(w.GetObjectsJson()) == 0 && len(w.GetDeletes()) == 0 {
 		return nil, nil
 	}
@@ -137,8 +150,11 @@ func (s *Server) candidateSet(snap *Snapshot, w *arbiterv1.WhatIf) (*engine.Poli
 	for _, k := range w.GetDeletes() {
 		changes = append(changes, store.Change{Op: store.OpDelete, Key: keyFromProto(k)})
 	}
-	_, set, err := s.build(snap.objects, dedupeChanges(changes), sources)
-	return set, err
+	c, err := s.build(contentOf(snap), dedupeChanges(changes), sources)
+	if err != nil {
+		return nil, err
+	}
+	return &candidate{set: c.set, libs: s.contextOf(c)}, nil
 }
 
 // dedupeChanges keeps the last change of each key.

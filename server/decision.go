@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/convert"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/limits"
@@ -24,12 +25,14 @@ func (s *Server) Decide(ctx context.Context, in *arbiterv1.DecideRequest) (*arbi
 		return nil, toStatus(err)
 	}
 	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
+	var reads *clusterdata.Reads
+	opts.Context, reads = snap.RecordedContext()
 	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := convert.ResponseFromDecision(d)
 	resp.Revision = snap.Revision
 	resp.Digest = snap.Digest
 	resp.DecisionId = newDecisionID()
-	s.observeDecision(ctx, snap, req, d, resp, start)
+	s.observeDecision(ctx, snap, req, d, resp, start, reads)
 	return resp, nil
 }
 

@@ -249,11 +249,11 @@ func (s *Server) applyChangeSet(ctx context.Context, cs store.ChangeSet) error {
 	base := s.snap.Load()
 	var next *Snapshot
 	err := s.store.ApplyChangeSet(ctx, cs, func(_ context.Context, p *store.Pending) error {
-		objs, set, err := s.build(base.objects, p.Changes(), nil)
+		c, err := s.build(contentOf(base), p.Changes(), nil)
 		if err != nil {
 			return err
 		}
-		next = &Snapshot{Revision: p.Revision(), Digest: p.Digest(), Set: set, objects: objs, next: make(chan struct{})}
+		next = s.snapshot(c, p.Revision(), p.Digest())
 		return nil
 	})
 	var re *store.RevisionError
@@ -279,11 +279,11 @@ func (s *Server) applySnapshot(ctx context.Context, snap store.Snapshot) error {
 	base := s.snap.Load()
 	var next *Snapshot
 	err := s.store.ReplaceAll(ctx, snap, func(_ context.Context, p *store.Pending) error {
-		objs, set, err := s.build(base.objects, p.Changes(), nil)
+		c, err := s.build(contentOf(base), p.Changes(), nil)
 		if err != nil {
 			return err
 		}
-		next = &Snapshot{Revision: p.Revision(), Digest: p.Digest(), Set: set, objects: objs, next: make(chan struct{})}
+		next = s.snapshot(c, p.Revision(), p.Digest())
 		return nil
 	})
 	if err != nil {
@@ -292,7 +292,7 @@ func (s *Server) applySnapshot(ctx context.Context, snap store.Snapshot) error {
 	if next == nil {
 		// Same content: only the revision moved.
 		rev, digest := s.store.Revision()
-		next = &Snapshot{Revision: rev, Digest: digest, Set: base.Set, objects: base.objects, next: make(chan struct{})}
+		next = s.snapshot(contentOf(base), rev, digest)
 	}
 	next.Time = time.Now()
 	s.swap(next)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
@@ -340,6 +341,7 @@ func (s *Server) Applicable(ctx context.Context, in *arbiterv1.ApplicableRequest
 		return nil, toStatus(err)
 	}
 	resp := &arbiterv1.ApplicableResponse{Revision: snap.Revision, Digest: snap.Digest, Policies: []*arbiterv1.ApplicablePolicy{}}
+	opts.Context = snap.Context()
 	for _, a := range snap.Set.Applicable(ctx, req, evaluate, opts) {
 		ap := &arbiterv1.ApplicablePolicy{Variant: a.Variant, MatchError: a.MatchError}
 		switch {
@@ -376,8 +378,14 @@ func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*ar
 		return nil, toStatus(err)
 	}
 	opts.Trace = &outcome.Trace{}
+	var reads *clusterdata.Reads
+	opts.Context, reads = snap.RecordedContext()
 	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := &arbiterv1.ExplainResponse{Decision: convert.ResponseFromDecision(d)}
+	for _, r := range reads.List() {
+		resp.ContextReads = append(resp.ContextReads, &arbiterv1.ContextRead{Op: r.Op, ApiVersion: r.APIVersion, Resource: r.Resource,
+			Namespace: r.Namespace, Name: r.Name, Selector: r.Selector, Projection: r.Projection, Count: uint32(r.Count), Error: r.Error})
+	}
 	resp.Decision.Revision, resp.Decision.Digest, resp.Decision.DecisionId = snap.Revision, snap.Digest, newDecisionID()
 	for _, st := range opts.Trace.Steps {
 		resp.Steps = append(resp.Steps, &arbiterv1.ExplainStep{

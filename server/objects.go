@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/store"
@@ -16,11 +17,10 @@ func KeyOf(o *manifest.Object) store.Key {
 	return store.Key{Group: o.Group(), Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
 }
 
-// storable checks that an object may be stored on its own: a policy, an
-// exception, a ValidatingAdmissionPolicy or binding, a Namespace, or an
-// object that may be a param of a ValidatingAdmissionPolicy. Whether such
-// an object is a param depends on the content it ends up in: build checks
-// it (notParams).
+// storable checks that an object may be stored: it has a name and is not
+// of a kind Arbiter refuses (kyverno.io policies, policy kinds it does not
+// evaluate). Objects of no policy class are context objects: what
+// resource.Get and resource.List read (see build).
 func storable(o *manifest.Object) error {
 	if o.Name == "" {
 		return &manifest.LoadError{Source: o.Source, Object: o.Ref(), Field: "metadata.name", Detail: "required"}
@@ -32,25 +32,17 @@ func storable(o *manifest.Object) error {
 	return nil
 }
 
-// notParams returns an error for every object of content that is a
-// resource rather than a policy object: not a param of a
-// ValidatingAdmissionPolicy of set. Resources to evaluate are not stored.
-func notParams(objs []*manifest.Object, set *engine.PolicySet) error {
-	var errs manifest.LoadErrors
-	for _, o := range objs {
-		if engine.Classify(o) == engine.ClassResource && !set.IsParam(o) {
-			errs = append(errs, notPolicyObject(o))
-		}
+// writable checks what a write to the primary may store beyond storable:
+// Secrets only when the server stores them (Config.StoreSecrets).
+// Followers apply what their primary committed without this check.
+func (s *Server) writable(o *manifest.Object) error {
+	if err := storable(o); err != nil {
+		return err
 	}
-	if len(errs) > 0 {
-		return errs
+	if !s.cfg.StoreSecrets && clusterdata.IsSecret(o) {
+		return clusterdata.SecretRefused(o, "arbiter serve --store-secrets")
 	}
 	return nil
-}
-
-func notPolicyObject(o *manifest.Object) *manifest.LoadError {
-	return &manifest.LoadError{Source: o.Source, Object: o.Ref(), Field: "kind",
-		Detail: fmt.Sprintf("%s is not a policy object: the store holds ValidatingPolicy, NamespacedValidatingPolicy, PolicyException, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding and Namespace objects, a PodSecurityConfiguration, and params of a ValidatingAdmissionPolicy (objects of its paramKind); evaluate resources with Decide, arbiter decide or arbiter apply", o.Kind)}
 }
 
 // encodeObject renders an object as the canonical JSON the store keeps.

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
@@ -19,7 +20,9 @@ import (
 // observeDecision reports one decision to the metrics, the decision log and
 // the trace: every decision path (Decide, batches) calls it once per
 // decision, after the response is built. start is when deciding began.
-func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *admission.Request, d *engine.Decision, resp *arbiterv1.DecideResponse, start time.Time) {
+//
+// reads are the context reads of the decision (nil: none recorded).
+func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *admission.Request, d *engine.Decision, resp *arbiterv1.DecideResponse, start time.Time, reads *clusterdata.Reads) {
 	end := time.Now()
 	dur := end.Sub(start)
 	m, dl := s.cfg.Metrics, s.cfg.DecisionLog
@@ -64,7 +67,9 @@ func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *admis
 		span.End(trace.WithTimestamp(end))
 	}
 	if logIt {
-		dl.Log(decisionEntry(ctx, snap, req, d, resp, ex, start, dur))
+		e := decisionEntry(ctx, snap, req, d, resp, ex, start, dur)
+		e.ContextReads = logReads(reads.List())
+		dl.Log(e)
 	}
 }
 
@@ -118,6 +123,21 @@ func decisionEntry(ctx context.Context, snap *Snapshot, req *admission.Request, 
 		}
 	}
 	return e
+}
+
+// logReads are a decision's context reads as the decision log writes
+// them: keys and counts, never the objects' content (a Secret read is
+// logged as its name).
+func logReads(reads []clusterdata.Read) []decisionlog.ContextRead {
+	if len(reads) == 0 {
+		return nil
+	}
+	out := make([]decisionlog.ContextRead, len(reads))
+	for i, r := range reads {
+		out[i] = decisionlog.ContextRead{Op: r.Op, APIVersion: r.APIVersion, Resource: r.Resource, Namespace: r.Namespace,
+			Name: r.Name, Selector: r.Selector, Projection: r.Projection, Count: r.Count, Error: r.Error}
+	}
+	return out
 }
 
 func modeName(m admission.Mode) string {

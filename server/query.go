@@ -15,6 +15,7 @@ func (s *Server) Status(ctx context.Context, _ *arbiterv1.StatusRequest) (*arbit
 		Digest:         snap.Digest,
 		Role:           arbiterv1.Role_ROLE_PRIMARY,
 		Objects:        uint32(snap.Objects()),
+		ContextObjects: uint32(snap.ContextObjects()),
 		Policies:       uint32(policyCount(snap.Set)),
 		Exceptions:     uint32(len(snap.Set.Exceptions())),
 		OldestRevision: st.Oldest,

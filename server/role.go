@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 
@@ -156,7 +157,7 @@ func (s *Server) Lead(ctx context.Context, floor uint64) (store.Commit, error) {
 // each object (by its Source) and field. It fails with *NotPrimaryError on
 // a replica that is not the primary.
 func (s *Server) WriteObjects(ctx context.Context, upserts []*manifest.Object, deletes []store.Key) (store.Commit, error) {
-	b, err := upsertBatch(upserts)
+	b, err := s.upsertBatch(upserts)
 	if err != nil {
 		return store.Commit{}, err
 	}
@@ -173,17 +174,30 @@ func (s *Server) WriteObjects(ctx context.Context, upserts []*manifest.Object, d
 	return s.writeWith(ctx, func(*Snapshot) (store.Batch, error) { return b, nil }, sources)
 }
 
-// Range calls fn for every object of the snapshot, in key order, until fn
-// returns false. The objects are shared: they must not be modified.
+// Range calls fn for every object of the snapshot (policy objects and
+// context objects), in key order, until fn returns false. The objects are
+// shared: they must not be modified.
 func (s *Snapshot) Range(fn func(store.Key, *manifest.Object) bool) {
-	if s.objects == nil {
-		return
+	next, stop := iter.Pull2(s.view.All())
+	defer stop()
+	ck, co, ok := next()
+	emitContext := func(before *store.Key) bool {
+		for ok && (before == nil || keyLess(storeKey(ck), *before)) {
+			if !fn(storeKey(ck), co) {
+				return false
+			}
+			ck, co, ok = next()
+		}
+		return true
 	}
-	for i, k := range s.objects.keys {
-		if !fn(k, s.objects.objs[i]) {
-			return
+	if s.objects != nil {
+		for i, k := range s.objects.keys {
+			if !emitContext(&k) || !fn(k, s.objects.objs[i]) {
+				return
+			}
 		}
 	}
+	emitContext(nil)
 }
 
 // OnShutdown registers fn to run at the start of Shutdown, before health

@@ -30,8 +30,10 @@ import (
 
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/authz"
@@ -86,6 +88,18 @@ type Config struct {
 	// DrainDelay is how long Shutdown keeps serving after health goes
 	// NOT_SERVING, so load balancers stop sending calls first.
 	DrainDelay time.Duration
+
+	// StoreSecrets lets writes to the primary store v1 Secrets as context
+	// objects (refused by default). Followers store what their primary
+	// committed.
+	StoreSecrets bool
+	// ImageData, HTTP and Poster answer image.GetMetadata, http.* and
+	// resource.Post in decisions (nil: such a call is an error result
+	// saying it is not configured). The stored context objects and
+	// GlobalContextEntries answer resource.Get/List and globalContext.Get.
+	ImageData kyvernocel.ImageDataContext
+	HTTP      kyvernocel.HTTPContext
+	Poster    clusterdata.Poster
 }
 
 // Server is an Arbiter replica.
@@ -220,15 +234,18 @@ func (s *Server) loadSnapshot(ctx context.Context) error {
 	for i, o := range snap.Objects {
 		changes[i] = store.Change{Op: store.OpUpsert, Key: o.Key, Value: o.Value}
 	}
-	objs, set, err := s.build(nil, changes, nil)
+	c, err := s.build(nil, changes, nil)
 	if err != nil {
 		// The store only ever holds content that compiled; failing here
 		// means the engine changed under it. Say so loudly.
 		return fmt.Errorf("the stored content at revision %d no longer compiles: %w", snap.Revision, err)
 	}
-	s.swap(&Snapshot{Revision: snap.Revision, Digest: snap.Digest, Time: snap.Time, Set: set, objects: objs, next: make(chan struct{})})
+	next := s.snapshot(c, snap.Revision, snap.Digest)
+	next.Time = snap.Time
+	s.swap(next)
 	s.log.Info("store loaded", "path", s.store.Path(), "revision", snap.Revision, "digest", snap.Digest,
-		"objects", objs.len(), "policies", len(set.Policies()), "exceptions", len(set.Exceptions()), "took", time.Since(start).Round(time.Millisecond))
+		"objects", next.Objects(), "context_objects", c.view.Len(), "policies", len(c.set.Policies()), "exceptions", len(c.set.Exceptions()),
+		"took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -371,14 +388,15 @@ func (s *Server) writeLocked(ctx context.Context, mk func(base *Snapshot) (store
 	}
 	var next *Snapshot
 	commit, err := s.store.Apply(ctx, b, func(_ context.Context, p *store.Pending) error {
-		objs, set, err := s.build(base.objects, p.Changes(), sources)
+		c, err := s.build(contentOf(base), p.Changes(), sources)
 		if err != nil {
 			return err
 		}
-		if max := s.cfg.Limits.MaxObjects; max > 0 && objs.len() > max && objs.len() > base.objects.len() {
-			return limits.StoreFull(objs.len(), max)
+		n := c.objects.len() + c.view.Len()
+		if max := s.cfg.Limits.MaxObjects; max > 0 && n > max && n > base.Objects() {
+			return limits.StoreFull(n, max)
 		}
-		next = &Snapshot{Revision: p.Revision(), Digest: p.Digest(), Set: set, objects: objs, next: make(chan struct{})}
+		next = s.snapshot(c, p.Revision(), p.Digest())
 		return nil
 	})
 	if err != nil {
@@ -404,7 +422,7 @@ func (e *NotPrimaryError) Error() string {
 
 // LoadObjects upserts objects in one write (serve --load).
 func (s *Server) LoadObjects(ctx context.Context, objs []*manifest.Object) (store.Commit, error) {
-	b, err := upsertBatch(objs)
+	b, err := s.upsertBatch(objs)
 	if err != nil {
 		return store.Commit{}, err
 	}
@@ -415,12 +433,12 @@ func (s *Server) LoadObjects(ctx context.Context, objs []*manifest.Object) (stor
 	return s.writeWith(ctx, func(*Snapshot) (store.Batch, error) { return b, nil }, sources)
 }
 
-func upsertBatch(objs []*manifest.Object) (store.Batch, error) {
+func (s *Server) upsertBatch(objs []*manifest.Object) (store.Batch, error) {
 	var b store.Batch
 	var errs manifest.LoadErrors
 	seen := map[store.Key]string{}
 	for _, o := range objs {
-		if err := storable(o); err != nil {
+		if err := s.writable(o); err != nil {
 			var le *manifest.LoadError
 			if errors.As(err, &le) {
 				errs = append(errs, le)

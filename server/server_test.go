@@ -221,10 +221,17 @@ func TestWriteRefusedWhole(t *testing.T) {
 	if n := ts.Current().Objects(); n != 16 {
 		t.Fatalf("%d objects after a refused write, want 16", n)
 	}
-	// A resource is not a policy object: refused, naming it.
-	_, err = ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: []*arbiterv1.Change{{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: objectJSON(t, violatingPod)}}})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "Pod bench/violating-pod") {
-		t.Fatalf("resource write: %v", err)
+	// A context object that does not load (a namespaced kind without a
+	// namespace) is refused with the rest of its batch, naming it.
+	_, err = ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: []*arbiterv1.Change{
+		{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"nowhere"}}`)},
+		{Op: arbiterv1.ChangeOp_CHANGE_OP_UPSERT, ObjectJson: good},
+	}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ConfigMap nowhere") {
+		t.Fatalf("context object without namespace: %v", err)
+	}
+	if after, _ := ts.Store().Revision(); after != before {
+		t.Fatalf("revision moved from %d to %d", before, after)
 	}
 }
 

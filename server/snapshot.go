@@ -2,11 +2,12 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"time"
 
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	"github.com/arbiter-pdp/arbiter/store"
@@ -21,8 +22,18 @@ type Snapshot struct {
 	// Time is when the revision was committed.
 	Time time.Time
 	Set  *engine.PolicySet
-	// objects are the stored objects of the revision, decoded, in key order.
+	// objects are the stored policy objects of the revision (every class
+	// but context objects), decoded, in key order.
 	objects *objectSet
+	// view holds the context objects: what resource.Get and resource.List
+	// read (package clusterdata).
+	view *clusterdata.View
+	// globals answers globalContext.Get from the revision's
+	// GlobalContextEntries and context objects.
+	globals *clusterdata.Globals
+	// libs is the context of the revision's decisions (Context adds the
+	// decision's read record).
+	libs *clusterdata.Context
 	// next is closed when a newer snapshot replaces this one.
 	next chan struct{}
 	// reports remembers the JSON of report results made at this revision
@@ -31,13 +42,52 @@ type Snapshot struct {
 }
 
 // Objects returns the number of stored objects.
-func (s *Snapshot) Objects() int { return s.objects.len() }
+func (s *Snapshot) Objects() int { return s.objects.len() + s.view.Len() }
+
+// ContextObjects returns the number of stored context objects.
+func (s *Snapshot) ContextObjects() int { return s.view.Len() }
 
 // Object returns a stored object.
-func (s *Snapshot) Object(k store.Key) (*manifest.Object, bool) { return s.objects.get(k) }
+func (s *Snapshot) Object(k store.Key) (*manifest.Object, bool) {
+	if o, ok := s.objects.get(k); ok {
+		return o, true
+	}
+	return s.view.Get(contextKey(k))
+}
 
 // Next returns a channel closed when a newer snapshot is swapped in.
 func (s *Snapshot) Next() <-chan struct{} { return s.next }
+
+// Context returns the context a decision at this revision reads
+// (resource.*, globalContext.*, and the calls out the server is configured
+// with), without recording what it reads.
+func (s *Snapshot) Context() kyvernocel.Context { return s.libs }
+
+// RecordedContext returns the context of one decision at this revision and
+// the record of what the decision reads through it (one allocation).
+func (s *Snapshot) RecordedContext() (kyvernocel.Context, *clusterdata.Reads) {
+	d := &recorded{c: *s.libs}
+	d.c.Reads = &d.r
+	return &d.c, &d.r
+}
+
+type recorded struct {
+	c clusterdata.Context
+	r clusterdata.Reads
+}
+
+// GlobalContextEntries returns the revision's GlobalContextEntries, by
+// name: what a refresher of apiCall entries fetches (committing each
+// result with clusterdata.NewEntryData).
+func (s *Snapshot) GlobalContextEntries() []*clusterdata.Entry { return s.globals.Entries() }
+
+func contextKey(k store.Key) clusterdata.Key {
+	return clusterdata.Key{Group: k.Group, Kind: k.Kind, Namespace: k.Namespace, Name: k.Name}
+}
+
+func storeKey(k clusterdata.Key) store.Key {
+	return store.Key{Group: k.Group, Kind: k.Kind, Namespace: k.Namespace, Name: k.Name}
+}
 
 // objectSet is an immutable set of objects in key order.
 type objectSet struct {
@@ -63,74 +113,54 @@ func (o *objectSet) get(k store.Key) (*manifest.Object, bool) {
 	return nil, false
 }
 
+// objectChange is a decoded change of the object set: obj nil deletes key.
+type objectChange struct {
+	key store.Key
+	obj *manifest.Object
+}
+
 // apply returns the set with changes applied: a merge of two sorted
 // sequences, so a commit costs O(n) without sorting.
-func (o *objectSet) apply(changes []store.Change, sources map[store.Key]string) (*objectSet, error) {
-	if !sort.SliceIsSorted(changes, func(i, j int) bool { return keyLess(changes[i].Key, changes[j].Key) }) {
-		changes = append([]store.Change(nil), changes...)
-		sort.SliceStable(changes, func(i, j int) bool { return keyLess(changes[i].Key, changes[j].Key) })
+func (o *objectSet) apply(changes []objectChange) *objectSet {
+	if len(changes) == 0 && o != nil {
+		return o
+	}
+	if !sort.SliceIsSorted(changes, func(i, j int) bool { return keyLess(changes[i].key, changes[j].key) }) {
+		changes = append([]objectChange(nil), changes...)
+		sort.SliceStable(changes, func(i, j int) bool { return keyLess(changes[i].key, changes[j].key) })
 	}
 	n := o.len()
 	out := &objectSet{keys: make([]store.Key, 0, n+len(changes)), objs: make([]*manifest.Object, 0, n+len(changes))}
 	i := 0
 	for _, c := range changes {
-		for i < n && keyLess(o.keys[i], c.Key) {
+		for i < n && keyLess(o.keys[i], c.key) {
 			out.keys = append(out.keys, o.keys[i])
 			out.objs = append(out.objs, o.objs[i])
 			i++
 		}
-		if i < n && o.keys[i] == c.Key {
+		if i < n && o.keys[i] == c.key {
 			i++ // replaced or deleted
 		}
-		if c.Op != store.OpUpsert {
+		if k := len(out.keys); k > 0 && out.keys[k-1] == c.key {
+			// last change of a key wins
+			if c.obj == nil {
+				out.keys, out.objs = out.keys[:k-1], out.objs[:k-1]
+			} else {
+				out.objs[k-1] = c.obj
+			}
 			continue
 		}
-		obj, err := decodeObject(c.Key, c.Value)
-		if err != nil {
-			return nil, err
-		}
-		if src, ok := sources[c.Key]; ok {
-			obj.Source = src
-		}
-		if got := KeyOf(obj); got != c.Key {
-			return nil, &manifest.LoadError{Source: obj.Source, Object: obj.Ref(), Detail: fmt.Sprintf("key %s does not match the object (%s)", c.Key, got)}
-		}
-		if err := storable(obj); err != nil {
-			return nil, err
-		}
-		if k := len(out.keys); k > 0 && out.keys[k-1] == c.Key {
-			out.objs[k-1] = obj // last change of a key wins
+		if c.obj == nil {
 			continue
 		}
-		out.keys = append(out.keys, c.Key)
-		out.objs = append(out.objs, obj)
+		out.keys = append(out.keys, c.key)
+		out.objs = append(out.objs, c.obj)
 	}
 	for ; i < n; i++ {
 		out.keys = append(out.keys, o.keys[i])
 		out.objs = append(out.objs, o.objs[i])
 	}
-	return out, nil
-}
-
-// build compiles the content that results from applying changes to base.
-// It returns the new object set and policy set, or the load errors that
-// make the content invalid.
-//
-// sources name where upserted objects come from (a file, a request field),
-// for errors; objects without one are named by their store key.
-func (s *Server) build(base *objectSet, changes []store.Change, sources map[store.Key]string) (*objectSet, *engine.PolicySet, error) {
-	objs, err := base.apply(changes, sources)
-	if err != nil {
-		return nil, nil, err
-	}
-	set, err := s.compiler.Compile(objs.objs, engine.Options{})
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := notParams(objs.objs, set); err != nil {
-		return nil, nil, err
-	}
-	return objs, set, nil
+	return out
 }
 
 // swap makes next the current snapshot and wakes whoever waits on the old one.

@@ -84,7 +84,7 @@ func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbi
 				return nil, &FieldError{Field: src + ".object_json", Detail: err.Error()}
 			}
 			o := manifest.NewObject(src, content)
-			if err := storable(o); err != nil {
+			if err := s.writable(o); err != nil {
 				var le *manifest.LoadError
 				if errors.As(err, &le) {
 					errs = append(errs, le)
@@ -127,11 +127,12 @@ func (s *Server) WriteBatch(ctx context.Context, w *arbiterv1.WriteBatch) (*arbi
 				keep[c.Key] = true
 			}
 			batch.Changes = append(batch.Changes, upserts...)
-			for _, k := range base.objects.keys {
+			base.Range(func(k store.Key, _ *manifest.Object) bool {
 				if !keep[k] {
 					batch.Changes = append(batch.Changes, store.Change{Op: store.OpDelete, Key: k})
 				}
-			}
+				return true
+			})
 			return batch, nil
 		}, sources)
 	} else {

@@ -36,6 +36,15 @@ stream pinned to one revision (admission mode unless --mode background).
 decided with and without them, and the difference is printed ("would now deny
 3 manifests").
 
+What policies read with resource.Get, resource.List and globalContext.Get
+comes locally from --context FILE (repeatable): plain manifests of the objects
+(ConfigMaps, Deployments, CRDs, ...; every object under PATH is a resource to
+evaluate, never context), GlobalContextEntries (also taken from PATH), and
+Kyverno CLI context files (cli.kyverno.io/v1alpha1 Context: spec.resources and
+spec.images); or, read-only, from a live API server with --cluster
+[--kubeconfig FILE]. With --server the server's stored context objects are
+read.
+
 Output: a table, PolicyReports (-o json | yaml, one per resource), or JUnit XML
 (-o junit) for CI systems. -o json is written as the reports are made (a run
 of 10,000 manifests needs no memory for all of them): when a run fails after it
@@ -62,6 +71,7 @@ file, the object and the field) or the server cannot be reached.`,
 	f.StringVarP(&o.Output, "output", "o", "table", "output: table, json, yaml (PolicyReports) or junit")
 	f.StringVar(&o.FailOn, "fail-on", "", "exit 1 on any result of this severity: fail or warn (default: on a denial)")
 	f.StringVar(&o.Progress, "progress", "auto", "progress on stderr: auto (a terminal and many resources), always or never")
+	addContextFlags(f, &o.Context)
 	return cmd
 }
 

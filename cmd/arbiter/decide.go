@@ -34,6 +34,7 @@ type decideOptions struct {
 	dryRun      bool
 	output      string
 	timeout     time.Duration
+	context     apply.ContextOptions
 }
 
 // decisionOutput is what `decide -o json` prints.
@@ -76,7 +77,10 @@ func newDecideCommand() *cobra.Command {
 
 With --server the decision is made by the Arbiter server at ADDR, at its
 current revision (or at least --min-revision). Without it, the policies,
-exceptions and Namespaces under PATH are compiled and evaluated locally.
+exceptions and Namespaces under PATH are compiled and evaluated locally; what
+the policies read with resource.Get, resource.List and globalContext.Get comes
+from --context FILE (context objects, GlobalContextEntries, Kyverno CLI context
+files) or, read-only, from a live API server with --cluster [--kubeconfig FILE].
 
 Exit status: 0 when allowed, 1 when denied, 2 on bad input or an unreachable server.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -96,6 +100,7 @@ Exit status: 0 when allowed, 1 when denied, 2 on bad input or an unreachable ser
 	f.BoolVar(&o.dryRun, "dry-run", false, "mark the request as a dry run")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table, json or yaml")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "with --server: deadline of the call")
+	addContextFlags(f, &o.context)
 	return cmd
 }
 
@@ -143,6 +148,9 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if len(args) > 0 {
 			return exitWith(exitLoad, "with --server the policies are the server's: drop the PATH arguments")
 		}
+		if !o.context.Empty() {
+			return exitWith(exitLoad, "with --server the context is the server's (store context objects beside the policies: arbiter push): drop --context and --cluster")
+		}
 		c, err := dialServer(ctx, o.server)
 		if err != nil {
 			return exitWith(exitLoad, "%v", err)
@@ -171,7 +179,11 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if err != nil {
 			return err
 		}
-		resp = convert.ResponseFromDecision(ps.Evaluate(ctx, req, nil))
+		libs, err := apply.LoadContext(ctx, o.context, objs)
+		if err != nil {
+			return err
+		}
+		resp = convert.ResponseFromDecision(ps.Evaluate(ctx, req, &engine.EvalOptions{Context: libs}))
 	}
 	if err := writeDecision(out, o.output, resp); err != nil {
 		return err

@@ -26,10 +26,16 @@ func newPushCommand() *cobra.Command {
 		Use:   "push --server ADDR PATH...",
 		Short: "Make the server's policy objects equal to the manifests under PATH",
 		Long: `Make the server's objects equal to the manifests under PATH, in one revision:
-every policy, exception and Namespace under PATH is upserted, and every stored
-object PATH no longer has is deleted. The server compiles the result first and
-refuses the whole push if any object does not load (exit 2, naming the object
-and field). Prints the new revision and digest, or "unchanged" when nothing differs.`,
+every object under PATH is upserted, and every stored object PATH no longer has
+is deleted. Policies, exceptions, bindings, Namespaces, GlobalContextEntries
+and the PodSecurityConfiguration are policy objects; every other object
+(ConfigMaps, Deployments, CRDs, params, ...) is a context object: what policies
+read with resource.Get and resource.List (and GlobalContextEntries list),
+pinned at the revision like the policies (Secrets only when the server stores them:
+serve --store-secrets). The server compiles the result first and refuses the
+whole push if any object does not load (exit 2, naming the object and field).
+Prints the new revision and digest, or "unchanged" when nothing differs, and
+how many context objects the push holds.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if addr == "" {
 				return exitWith(exitLoad, "--server is required")
@@ -57,11 +63,11 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 	}
 	var payload [][]byte
 	var sources []string
-	params := engine.ParamObjects(objs)
 	var psaConfig *manifest.Object
+	contextObjects := 0
 	for _, o := range objs {
-		if engine.Classify(o) == engine.ClassResource && !params[o] {
-			return exitWith(exitLoad, "%s: %s is not a policy object (the store holds policies, exceptions, ValidatingAdmissionPolicies and their bindings and params, Namespaces and a PodSecurityConfiguration)", o.Source, o.Ref())
+		if engine.Classify(o) == engine.ClassResource {
+			contextObjects++
 		}
 		if engine.Classify(o) == engine.ClassPodSecurityConfiguration {
 			if psaConfig != nil {
@@ -90,13 +96,13 @@ func runPush(ctx context.Context, out io.Writer, addr string, paths []string, ou
 	if output == "json" {
 		return json.NewEncoder(out).Encode(map[string]any{
 			"revision": ack.GetRevision(), "digest": ack.GetDigest(), "unchanged": ack.GetUnchanged(),
-			"upserted": ack.GetUpserted(), "deleted": ack.GetDeleted(),
+			"upserted": ack.GetUpserted(), "deleted": ack.GetDeleted(), "contextObjects": contextObjects,
 		})
 	}
 	if ack.GetUnchanged() {
-		_, err = fmt.Fprintf(out, "unchanged\nrevision: %d\ndigest: %s\n", ack.GetRevision(), ack.GetDigest())
+		_, err = fmt.Fprintf(out, "unchanged\nrevision: %d\ndigest: %s\ncontext objects: %d\n", ack.GetRevision(), ack.GetDigest(), contextObjects)
 		return err
 	}
-	_, err = fmt.Fprintf(out, "revision: %d\ndigest: %s\nupserted: %d\ndeleted: %d\n", ack.GetRevision(), ack.GetDigest(), ack.GetUpserted(), ack.GetDeleted())
+	_, err = fmt.Fprintf(out, "revision: %d\ndigest: %s\nupserted: %d\ndeleted: %d\ncontext objects: %d\n", ack.GetRevision(), ack.GetDigest(), ack.GetUpserted(), ack.GetDeleted(), contextObjects)
 	return err
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/apply"
 	"github.com/arbiter-pdp/arbiter/client"
+	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/internal/textout"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -165,7 +166,19 @@ func writeExplain(w io.Writer, resp *arbiterv1.ExplainResponse) error {
 			text.Printf("  %-34s %s\n  %-34s = %s\n", label, apply.OneLine(s.GetExpression()), "", apply.OneLine(s.GetValue()))
 		}
 	}
+	if reads := resp.GetContextReads(); len(reads) > 0 {
+		text.Printf("\ncontext read at revision %d\n", d.GetRevision())
+		for _, r := range reads {
+			text.Printf("  %s\n", contextReadLine(r))
+		}
+	}
 	return text.Err()
+}
+
+// contextReadLine renders a context read as clusterdata.Read.String does.
+func contextReadLine(r *arbiterv1.ContextRead) string {
+	return clusterdata.Read{Op: r.GetOp(), APIVersion: r.GetApiVersion(), Resource: r.GetResource(), Namespace: r.GetNamespace(),
+		Name: r.GetName(), Selector: r.GetSelector(), Projection: r.GetProjection(), Count: int(r.GetCount()), Error: r.GetError()}.String()
 }
 
 func newGetCommand() *cobra.Command {

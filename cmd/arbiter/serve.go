@@ -60,6 +60,9 @@ type serveOptions struct {
 
 	// kube are the --kube-source flags (kube.go).
 	kube kubeOptions
+
+	// storeSecrets lets writes store v1 Secrets as context objects.
+	storeSecrets bool
 }
 
 type decisionLogOptions struct {
@@ -123,6 +126,7 @@ func addServeFlags(f *pflag.FlagSet, o *serveOptions) {
 	f.StringVar(&o.follow, "follow", "", "run as a follower of the primary at ADDR")
 	f.StringArrayVar(&o.load, "load", nil, "manifests to write into the store at start, one revision (primary only; repeatable)")
 	f.IntVar(&o.keepRevisions, "keep-revisions", 10000, "revisions of history kept for followers (older: snapshot)")
+	f.BoolVar(&o.storeSecrets, "store-secrets", false, "store v1 Secrets written as context objects (refused by default: policies, backups and followers would see their data)")
 	f.Uint64Var(&o.maxLag, "max-lag", 0, "follower: NOT_SERVING when this many revisions behind (0: no limit)")
 	f.DurationVar(&o.maxLagDuration, "max-lag-duration", 0, "follower: NOT_SERVING when behind for this long (0: no limit)")
 	f.StringVar(&o.replicaID, "replica-id", "", "name of this replica in the primary's status (default: host:listen)")
@@ -223,6 +227,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			DrainDelay:        o.drainDelay,
 			Credentials:       sec.Credentials,
 			FollowDialOptions: sec.FollowDialOptions,
+			StoreSecrets:      o.storeSecrets,
 		},
 		Listen:             o.listen,
 		Load:               objs,

@@ -63,7 +63,7 @@ func runStatus(ctx context.Context, out io.Writer, addr, output string, timeout 
 		}
 		return json.NewEncoder(out).Encode(map[string]any{
 			"revision": st.GetRevision(), "digest": st.GetDigest(), "role": role, "primary": st.GetPrimary(),
-			"serving": st.GetServing(), "objects": st.GetObjects(), "policies": st.GetPolicies(),
+			"serving": st.GetServing(), "objects": st.GetObjects(), "contextObjects": st.GetContextObjects(), "policies": st.GetPolicies(),
 			"exceptions": st.GetExceptions(), "oldestRevision": st.GetOldestRevision(),
 			"followers": followers, "warnings": st.GetWarnings(),
 		})
@@ -73,7 +73,7 @@ func runStatus(ctx context.Context, out io.Writer, addr, output string, timeout 
 	if st.GetPrimary() != "" {
 		text.Printf("primary:    %s\n", st.GetPrimary())
 	}
-	text.Printf("serving:    %v\nobjects:    %d (%d policies, %d exceptions)\n", st.GetServing(), st.GetObjects(), st.GetPolicies(), st.GetExceptions())
+	text.Printf("serving:    %v\nobjects:    %d (%d policies, %d exceptions, %d context objects)\n", st.GetServing(), st.GetObjects(), st.GetPolicies(), st.GetExceptions(), st.GetContextObjects())
 	for _, w := range st.GetWarnings() {
 		text.Printf("warning:    %s\n", w)
 	}

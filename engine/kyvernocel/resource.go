@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/arbiter-pdp/arbiter/engine/jsonval"
 )
 
 // resource library (sdk extensions/cel/libs/resource): member functions of
@@ -202,7 +204,9 @@ func resourceList(args []ref.Val, want int, gvr, namespaced bool) ref.Val {
 		}
 		return types.NewErr("failed to list resource: %v", err)
 	}
-	return types.DefaultTypeAdapter.NativeToValue(list.UnstructuredContent())
+	// jsonval converts fields as they are read, once, and iterates maps in
+	// key order (a list of a hundred objects is not converted up front).
+	return jsonval.Of(list.UnstructuredContent())
 }
 
 func resourceGet(args []ref.Val, want int, gvr, namespaced bool) ref.Val {
@@ -237,7 +241,7 @@ func resourceGet(args []ref.Val, want int, gvr, namespaced bool) ref.Val {
 	if res == nil {
 		return types.NullValue
 	}
-	return types.DefaultTypeAdapter.NativeToValue(res.UnstructuredContent())
+	return jsonval.Of(res.UnstructuredContent())
 }
 
 var structpbStructType = reflect.TypeFor[*structpb.Struct]()

@@ -158,3 +158,23 @@ func TestSharedPackagesStaySmall(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterdataIsData: the view of context objects links neither the
+// server, the store nor the client, nor gRPC or bbolt (the server and the
+// CLI both build it).
+func TestClusterdataIsData(t *testing.T) {
+	for _, dep := range list(t, `{{join .Deps "\n"}}`, "./clusterdata") {
+		for _, b := range []string{"google.golang.org/grpc", "go.etcd.io/bbolt", module + "/server", module + "/store", module + "/client"} {
+			if dep == b || strings.HasPrefix(dep, b+"/") {
+				t.Errorf("clusterdata links %s", dep)
+			}
+		}
+	}
+	for _, line := range list(t, `{{.ImportPath}} {{join .Imports " "}}`, "./clusterdata") {
+		for _, imp := range strings.Fields(line)[1:] {
+			if imp == "net/http" || strings.HasPrefix(imp, "net/http/") {
+				t.Errorf("clusterdata imports %s", imp)
+			}
+		}
+	}
+}

@@ -1422,18 +1422,137 @@ func (x *ExplainStep) GetNote() string {
 	return ""
 }
 
+// ContextRead is one read of the context a decision made: a
+// resource.Get (op "get": api_version, resource, namespace, name; count 1
+// when the object was found, 0 when not), a resource.List (op "list":
+// api_version, resource, namespace, selector; count is the objects
+// listed), a globalContext.Get (op "globalContext": name of the entry,
+// projection; count 1 when it had data) or an image.GetMetadata (op
+// "image": name is the image). Keys and counts only, never the objects.
+type ContextRead struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Op         string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	ApiVersion string                 `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	Resource   string                 `protobuf:"bytes,3,opt,name=resource,proto3" json:"resource,omitempty"`
+	Namespace  string                 `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name       string                 `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// The label selector of a list (key=value,...), keys sorted.
+	Selector      string `protobuf:"bytes,6,opt,name=selector,proto3" json:"selector,omitempty"`
+	Projection    string `protobuf:"bytes,7,opt,name=projection,proto3" json:"projection,omitempty"`
+	Count         uint32 `protobuf:"varint,8,opt,name=count,proto3" json:"count,omitempty"`
+	Error         string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextRead) Reset() {
+	*x = ContextRead{}
+	mi := &file_arbiter_v1_query_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextRead) ProtoMessage() {}
+
+func (x *ContextRead) ProtoReflect() protoreflect.Message {
+	mi := &file_arbiter_v1_query_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextRead.ProtoReflect.Descriptor instead.
+func (*ContextRead) Descriptor() ([]byte, []int) {
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ContextRead) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *ContextRead) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
+func (x *ContextRead) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *ContextRead) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ContextRead) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ContextRead) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+func (x *ContextRead) GetProjection() string {
+	if x != nil {
+		return x.Projection
+	}
+	return ""
+}
+
+func (x *ContextRead) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ContextRead) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // ExplainResponse is the decision and how it was reached.
 type ExplainResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Decision      *DecideResponse        `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
-	Steps         []*ExplainStep         `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Decision *DecideResponse        `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	Steps    []*ExplainStep         `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	// The context objects and entries the decision read, distinct, in a
+	// fixed order.
+	ContextReads  []*ContextRead `protobuf:"bytes,3,rep,name=context_reads,json=contextReads,proto3" json:"context_reads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[16]
+	mi := &file_arbiter_v1_query_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1564,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[16]
+	mi := &file_arbiter_v1_query_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1577,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{16}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExplainResponse) GetDecision() *DecideResponse {
@@ -1475,6 +1594,13 @@ func (x *ExplainResponse) GetSteps() []*ExplainStep {
 	return nil
 }
 
+func (x *ExplainResponse) GetContextReads() []*ContextRead {
+	if x != nil {
+		return x.ContextReads
+	}
+	return nil
+}
+
 // StatusRequest is empty.
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1484,7 +1610,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[17]
+	mi := &file_arbiter_v1_query_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1622,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[17]
+	mi := &file_arbiter_v1_query_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1635,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{17}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{18}
 }
 
 // FollowerStatus is a follower as its primary sees it.
@@ -1530,7 +1656,7 @@ type FollowerStatus struct {
 
 func (x *FollowerStatus) Reset() {
 	*x = FollowerStatus{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[18]
+	mi := &file_arbiter_v1_query_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1668,7 @@ func (x *FollowerStatus) String() string {
 func (*FollowerStatus) ProtoMessage() {}
 
 func (x *FollowerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[18]
+	mi := &file_arbiter_v1_query_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1681,7 @@ func (x *FollowerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowerStatus.ProtoReflect.Descriptor instead.
 func (*FollowerStatus) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{18}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FollowerStatus) GetReplicaId() string {
@@ -1625,14 +1751,17 @@ type StatusResponse struct {
 	// Oldest revision whose changes are retained (older needs a snapshot).
 	OldestRevision uint64 `protobuf:"varint,10,opt,name=oldest_revision,json=oldestRevision,proto3" json:"oldest_revision,omitempty"`
 	// Warnings about the configuration.
-	Warnings      []string `protobuf:"bytes,11,rep,name=warnings,proto3" json:"warnings,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Warnings []string `protobuf:"bytes,11,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// Of objects: the context objects (what resource.Get and resource.List
+	// read).
+	ContextObjects uint32 `protobuf:"varint,12,opt,name=context_objects,json=contextObjects,proto3" json:"context_objects,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_arbiter_v1_query_proto_msgTypes[19]
+	mi := &file_arbiter_v1_query_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1773,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_arbiter_v1_query_proto_msgTypes[19]
+	mi := &file_arbiter_v1_query_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1786,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{19}
+	return file_arbiter_v1_query_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusResponse) GetRevision() uint64 {
@@ -1735,6 +1864,13 @@ func (x *StatusResponse) GetWarnings() []string {
 		return x.Warnings
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetContextObjects() uint32 {
+	if x != nil {
+		return x.ContextObjects
+	}
+	return 0
 }
 
 var File_arbiter_v1_query_proto protoreflect.FileDescriptor
@@ -1884,10 +2020,24 @@ const file_arbiter_v1_query_proto_rawDesc = "" +
 	"expression\x12\x14\n" +
 	"\x05value\x18\a \x01(\tR\x05value\x12\x14\n" +
 	"\x05error\x18\b \x01(\tR\x05error\x12\x12\n" +
-	"\x04note\x18\t \x01(\tR\x04note\"x\n" +
+	"\x04note\x18\t \x01(\tR\x04note\"\xf4\x01\n" +
+	"\vContextRead\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x1f\n" +
+	"\vapi_version\x18\x02 \x01(\tR\n" +
+	"apiVersion\x12\x1a\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x1a\n" +
+	"\bselector\x18\x06 \x01(\tR\bselector\x12\x1e\n" +
+	"\n" +
+	"projection\x18\a \x01(\tR\n" +
+	"projection\x12\x14\n" +
+	"\x05count\x18\b \x01(\rR\x05count\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\"\xb6\x01\n" +
 	"\x0fExplainResponse\x126\n" +
 	"\bdecision\x18\x01 \x01(\v2\x1a.arbiter.v1.DecideResponseR\bdecision\x12-\n" +
-	"\x05steps\x18\x02 \x03(\v2\x17.arbiter.v1.ExplainStepR\x05steps\"\x0f\n" +
+	"\x05steps\x18\x02 \x03(\v2\x17.arbiter.v1.ExplainStepR\x05steps\x12<\n" +
+	"\rcontext_reads\x18\x03 \x03(\v2\x17.arbiter.v1.ContextReadR\fcontextReads\"\x0f\n" +
 	"\rStatusRequest\"\xf7\x01\n" +
 	"\x0eFollowerStatus\x12\x1d\n" +
 	"\n" +
@@ -1898,7 +2048,7 @@ const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\rlag_revisions\x18\x05 \x01(\x04R\flagRevisions\x12\x1f\n" +
 	"\vlag_seconds\x18\x06 \x01(\x01R\n" +
 	"lagSeconds\x12\x1c\n" +
-	"\tconnected\x18\a \x01(\bR\tconnected\"\xf3\x02\n" +
+	"\tconnected\x18\a \x01(\bR\tconnected\"\x9c\x03\n" +
 	"\x0eStatusResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12$\n" +
@@ -1913,7 +2063,8 @@ const file_arbiter_v1_query_proto_rawDesc = "" +
 	"\aserving\x18\t \x01(\bR\aserving\x12'\n" +
 	"\x0foldest_revision\x18\n" +
 	" \x01(\x04R\x0eoldestRevision\x12\x1a\n" +
-	"\bwarnings\x18\v \x03(\tR\bwarnings*A\n" +
+	"\bwarnings\x18\v \x03(\tR\bwarnings\x12'\n" +
+	"\x0fcontext_objects\x18\f \x01(\rR\x0econtextObjects*A\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PRIMARY\x10\x01\x12\x11\n" +
@@ -1941,7 +2092,7 @@ func file_arbiter_v1_query_proto_rawDescGZIP() []byte {
 }
 
 var file_arbiter_v1_query_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_arbiter_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_arbiter_v1_query_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_arbiter_v1_query_proto_goTypes = []any{
 	(Role)(0),                      // 0: arbiter.v1.Role
 	(*PolicyInfo)(nil),             // 1: arbiter.v1.PolicyInfo
@@ -1960,65 +2111,67 @@ var file_arbiter_v1_query_proto_goTypes = []any{
 	(*ApplicableResponse)(nil),     // 14: arbiter.v1.ApplicableResponse
 	(*ExplainRequest)(nil),         // 15: arbiter.v1.ExplainRequest
 	(*ExplainStep)(nil),            // 16: arbiter.v1.ExplainStep
-	(*ExplainResponse)(nil),        // 17: arbiter.v1.ExplainResponse
-	(*StatusRequest)(nil),          // 18: arbiter.v1.StatusRequest
-	(*FollowerStatus)(nil),         // 19: arbiter.v1.FollowerStatus
-	(*StatusResponse)(nil),         // 20: arbiter.v1.StatusResponse
-	nil,                            // 21: arbiter.v1.PolicyInfo.LabelsEntry
-	nil,                            // 22: arbiter.v1.PolicyInfo.AnnotationsEntry
-	nil,                            // 23: arbiter.v1.ExceptionInfo.PropertiesEntry
-	nil,                            // 24: arbiter.v1.ExceptionInfo.LabelsEntry
-	nil,                            // 25: arbiter.v1.ApplicableRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
-	(*GroupVersionKind)(nil),       // 27: arbiter.v1.GroupVersionKind
-	(Operation)(0),                 // 28: arbiter.v1.Operation
-	(Mode)(0),                      // 29: arbiter.v1.Mode
-	(*DecideRequest)(nil),          // 30: arbiter.v1.DecideRequest
-	(*DecideResponse)(nil),         // 31: arbiter.v1.DecideResponse
+	(*ContextRead)(nil),            // 17: arbiter.v1.ContextRead
+	(*ExplainResponse)(nil),        // 18: arbiter.v1.ExplainResponse
+	(*StatusRequest)(nil),          // 19: arbiter.v1.StatusRequest
+	(*FollowerStatus)(nil),         // 20: arbiter.v1.FollowerStatus
+	(*StatusResponse)(nil),         // 21: arbiter.v1.StatusResponse
+	nil,                            // 22: arbiter.v1.PolicyInfo.LabelsEntry
+	nil,                            // 23: arbiter.v1.PolicyInfo.AnnotationsEntry
+	nil,                            // 24: arbiter.v1.ExceptionInfo.PropertiesEntry
+	nil,                            // 25: arbiter.v1.ExceptionInfo.LabelsEntry
+	nil,                            // 26: arbiter.v1.ApplicableRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(*GroupVersionKind)(nil),       // 28: arbiter.v1.GroupVersionKind
+	(Operation)(0),                 // 29: arbiter.v1.Operation
+	(Mode)(0),                      // 30: arbiter.v1.Mode
+	(*DecideRequest)(nil),          // 31: arbiter.v1.DecideRequest
+	(*DecideResponse)(nil),         // 32: arbiter.v1.DecideResponse
 }
 var file_arbiter_v1_query_proto_depIdxs = []int32{
-	21, // 0: arbiter.v1.PolicyInfo.labels:type_name -> arbiter.v1.PolicyInfo.LabelsEntry
-	22, // 1: arbiter.v1.PolicyInfo.annotations:type_name -> arbiter.v1.PolicyInfo.AnnotationsEntry
+	22, // 0: arbiter.v1.PolicyInfo.labels:type_name -> arbiter.v1.PolicyInfo.LabelsEntry
+	23, // 1: arbiter.v1.PolicyInfo.annotations:type_name -> arbiter.v1.PolicyInfo.AnnotationsEntry
 	2,  // 2: arbiter.v1.PolicyInfo.pod_security:type_name -> arbiter.v1.PodSecurityUse
 	1,  // 3: arbiter.v1.ListPoliciesResponse.policies:type_name -> arbiter.v1.PolicyInfo
 	1,  // 4: arbiter.v1.GetPolicyResponse.policy:type_name -> arbiter.v1.PolicyInfo
 	8,  // 5: arbiter.v1.GetPolicyResponse.exceptions:type_name -> arbiter.v1.ExceptionInfo
 	7,  // 6: arbiter.v1.ExceptionInfo.policies:type_name -> arbiter.v1.PolicyReference
-	26, // 7: arbiter.v1.ExceptionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 8: arbiter.v1.ExceptionInfo.properties:type_name -> arbiter.v1.ExceptionInfo.PropertiesEntry
-	24, // 9: arbiter.v1.ExceptionInfo.labels:type_name -> arbiter.v1.ExceptionInfo.LabelsEntry
-	26, // 10: arbiter.v1.ListExceptionsRequest.expiring_before:type_name -> google.protobuf.Timestamp
+	27, // 7: arbiter.v1.ExceptionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 8: arbiter.v1.ExceptionInfo.properties:type_name -> arbiter.v1.ExceptionInfo.PropertiesEntry
+	25, // 9: arbiter.v1.ExceptionInfo.labels:type_name -> arbiter.v1.ExceptionInfo.LabelsEntry
+	27, // 10: arbiter.v1.ListExceptionsRequest.expiring_before:type_name -> google.protobuf.Timestamp
 	8,  // 11: arbiter.v1.ListExceptionsResponse.exceptions:type_name -> arbiter.v1.ExceptionInfo
-	27, // 12: arbiter.v1.ApplicableRequest.kind:type_name -> arbiter.v1.GroupVersionKind
-	25, // 13: arbiter.v1.ApplicableRequest.labels:type_name -> arbiter.v1.ApplicableRequest.LabelsEntry
-	28, // 14: arbiter.v1.ApplicableRequest.operation:type_name -> arbiter.v1.Operation
-	29, // 15: arbiter.v1.ApplicableRequest.mode:type_name -> arbiter.v1.Mode
+	28, // 12: arbiter.v1.ApplicableRequest.kind:type_name -> arbiter.v1.GroupVersionKind
+	26, // 13: arbiter.v1.ApplicableRequest.labels:type_name -> arbiter.v1.ApplicableRequest.LabelsEntry
+	29, // 14: arbiter.v1.ApplicableRequest.operation:type_name -> arbiter.v1.Operation
+	30, // 15: arbiter.v1.ApplicableRequest.mode:type_name -> arbiter.v1.Mode
 	8,  // 16: arbiter.v1.ApplicableException.exception:type_name -> arbiter.v1.ExceptionInfo
 	1,  // 17: arbiter.v1.ApplicablePolicy.policy:type_name -> arbiter.v1.PolicyInfo
 	12, // 18: arbiter.v1.ApplicablePolicy.exceptions:type_name -> arbiter.v1.ApplicableException
 	13, // 19: arbiter.v1.ApplicableResponse.policies:type_name -> arbiter.v1.ApplicablePolicy
-	30, // 20: arbiter.v1.ExplainRequest.request:type_name -> arbiter.v1.DecideRequest
-	31, // 21: arbiter.v1.ExplainResponse.decision:type_name -> arbiter.v1.DecideResponse
+	31, // 20: arbiter.v1.ExplainRequest.request:type_name -> arbiter.v1.DecideRequest
+	32, // 21: arbiter.v1.ExplainResponse.decision:type_name -> arbiter.v1.DecideResponse
 	16, // 22: arbiter.v1.ExplainResponse.steps:type_name -> arbiter.v1.ExplainStep
-	0,  // 23: arbiter.v1.StatusResponse.role:type_name -> arbiter.v1.Role
-	19, // 24: arbiter.v1.StatusResponse.followers:type_name -> arbiter.v1.FollowerStatus
-	18, // 25: arbiter.v1.QueryService.Status:input_type -> arbiter.v1.StatusRequest
-	3,  // 26: arbiter.v1.QueryService.ListPolicies:input_type -> arbiter.v1.ListPoliciesRequest
-	5,  // 27: arbiter.v1.QueryService.GetPolicy:input_type -> arbiter.v1.GetPolicyRequest
-	9,  // 28: arbiter.v1.QueryService.ListExceptions:input_type -> arbiter.v1.ListExceptionsRequest
-	11, // 29: arbiter.v1.QueryService.Applicable:input_type -> arbiter.v1.ApplicableRequest
-	15, // 30: arbiter.v1.QueryService.Explain:input_type -> arbiter.v1.ExplainRequest
-	20, // 31: arbiter.v1.QueryService.Status:output_type -> arbiter.v1.StatusResponse
-	4,  // 32: arbiter.v1.QueryService.ListPolicies:output_type -> arbiter.v1.ListPoliciesResponse
-	6,  // 33: arbiter.v1.QueryService.GetPolicy:output_type -> arbiter.v1.GetPolicyResponse
-	10, // 34: arbiter.v1.QueryService.ListExceptions:output_type -> arbiter.v1.ListExceptionsResponse
-	14, // 35: arbiter.v1.QueryService.Applicable:output_type -> arbiter.v1.ApplicableResponse
-	17, // 36: arbiter.v1.QueryService.Explain:output_type -> arbiter.v1.ExplainResponse
-	31, // [31:37] is the sub-list for method output_type
-	25, // [25:31] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	17, // 23: arbiter.v1.ExplainResponse.context_reads:type_name -> arbiter.v1.ContextRead
+	0,  // 24: arbiter.v1.StatusResponse.role:type_name -> arbiter.v1.Role
+	20, // 25: arbiter.v1.StatusResponse.followers:type_name -> arbiter.v1.FollowerStatus
+	19, // 26: arbiter.v1.QueryService.Status:input_type -> arbiter.v1.StatusRequest
+	3,  // 27: arbiter.v1.QueryService.ListPolicies:input_type -> arbiter.v1.ListPoliciesRequest
+	5,  // 28: arbiter.v1.QueryService.GetPolicy:input_type -> arbiter.v1.GetPolicyRequest
+	9,  // 29: arbiter.v1.QueryService.ListExceptions:input_type -> arbiter.v1.ListExceptionsRequest
+	11, // 30: arbiter.v1.QueryService.Applicable:input_type -> arbiter.v1.ApplicableRequest
+	15, // 31: arbiter.v1.QueryService.Explain:input_type -> arbiter.v1.ExplainRequest
+	21, // 32: arbiter.v1.QueryService.Status:output_type -> arbiter.v1.StatusResponse
+	4,  // 33: arbiter.v1.QueryService.ListPolicies:output_type -> arbiter.v1.ListPoliciesResponse
+	6,  // 34: arbiter.v1.QueryService.GetPolicy:output_type -> arbiter.v1.GetPolicyResponse
+	10, // 35: arbiter.v1.QueryService.ListExceptions:output_type -> arbiter.v1.ListExceptionsResponse
+	14, // 36: arbiter.v1.QueryService.Applicable:output_type -> arbiter.v1.ApplicableResponse
+	18, // 37: arbiter.v1.QueryService.Explain:output_type -> arbiter.v1.ExplainResponse
+	32, // [32:38] is the sub-list for method output_type
+	26, // [26:32] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_arbiter_v1_query_proto_init() }
@@ -2034,7 +2187,7 @@ func file_arbiter_v1_query_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_arbiter_v1_query_proto_rawDesc), len(file_arbiter_v1_query_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

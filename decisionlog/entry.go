@@ -29,6 +29,9 @@ type Entry struct {
 	// decision read (resource.Get, resource.List, globalContext.Get,
 	// image.GetMetadata): keys and counts, never their content.
 	ContextReads []ContextRead `json:"contextReads,omitempty"`
+	// Calls are the calls out the decision made (http.*, resource.Post):
+	// what was called and what came back, never headers or bodies.
+	Calls []Call `json:"calls,omitempty"`
 	// Object and OldObject are the request's objects, masked (only when
 	// the log includes objects).
 	Object    map[string]any `json:"object,omitempty"`
@@ -85,4 +88,21 @@ type ContextRead struct {
 	Projection string `json:"projection,omitempty"`
 	Count      int    `json:"count"`
 	Error      string `json:"error,omitempty"`
+}
+
+// Call is one call out of a decision.
+type Call struct {
+	Function string `json:"function"`
+	Method   string `json:"method,omitempty"`
+	URL      string `json:"url"`
+	// Location is where redirects led.
+	Location string `json:"location,omitempty"`
+	Resource string `json:"resource,omitempty"`
+	Status   int    `json:"status,omitempty"`
+	// DurationSeconds is how long the call took.
+	DurationSeconds float64 `json:"durationSeconds"`
+	ResponseBytes   int64   `json:"responseBytes,omitempty"`
+	// Refused says the server's configuration refused it (nothing sent).
+	Refused bool   `json:"refused,omitempty"`
+	Error   string `json:"error,omitempty"`
 }

@@ -89,6 +89,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 	opts.Now = start // one clock reading for the item
 	var reads *clusterdata.Reads
 	opts.Context, reads = snap.RecordedContext()
+	ctx, calls := s.collectCalls(ctx)
 	d := snap.Set.Evaluate(ctx, req, opts)
 	if reports && cand == nil {
 		// The report holds the results: the decision is only the verdict.
@@ -97,7 +98,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 		out.Decision = convert.ResponseFromDecision(d)
 	}
 	out.Decision.DecisionId = newDecisionIDAt(start)
-	s.observeDecision(ctx, snap, req, d, out.Decision, start, reads)
+	s.observeDecision(ctx, snap, req, d, out.Decision, start, reads, calls)
 	if cand != nil {
 		cr := *req
 		copts := *opts

@@ -27,12 +27,13 @@ func (s *Server) Decide(ctx context.Context, in *arbiterv1.DecideRequest) (*arbi
 	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
 	var reads *clusterdata.Reads
 	opts.Context, reads = snap.RecordedContext()
+	ctx, calls := s.collectCalls(ctx)
 	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := convert.ResponseFromDecision(d)
 	resp.Revision = snap.Revision
 	resp.Digest = snap.Digest
 	resp.DecisionId = newDecisionID()
-	s.observeDecision(ctx, snap, req, d, resp, start, reads)
+	s.observeDecision(ctx, snap, req, d, resp, start, reads, calls)
 	return resp, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/arbiter-pdp/arbiter/callout"
 	"github.com/arbiter-pdp/arbiter/clusterdata"
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/engine"
@@ -22,7 +23,9 @@ import (
 // decision, after the response is built. start is when deciding began.
 //
 // reads are the context reads of the decision (nil: none recorded).
-func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *admission.Request, d *engine.Decision, resp *arbiterv1.DecideResponse, start time.Time, reads *clusterdata.Reads) {
+//
+// calls are the calls out of the decision (nil: none collected).
+func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *admission.Request, d *engine.Decision, resp *arbiterv1.DecideResponse, start time.Time, reads *clusterdata.Reads, calls *callout.Calls) {
 	end := time.Now()
 	dur := end.Sub(start)
 	m, dl := s.cfg.Metrics, s.cfg.DecisionLog
@@ -69,6 +72,7 @@ func (s *Server) observeDecision(ctx context.Context, snap *Snapshot, req *admis
 	if logIt {
 		e := decisionEntry(ctx, snap, req, d, resp, ex, start, dur)
 		e.ContextReads = logReads(reads.List())
+		e.Calls = logCalls(calls)
 		dl.Log(e)
 	}
 }
@@ -123,6 +127,36 @@ func decisionEntry(ctx context.Context, snap *Snapshot, req *admission.Request, 
 		}
 	}
 	return e
+}
+
+// logCalls are a decision's calls out as the decision log writes them.
+func logCalls(calls *callout.Calls) []decisionlog.Call {
+	if calls == nil {
+		return nil
+	}
+	list := calls.List()
+	if len(list) == 0 {
+		return nil
+	}
+	out := make([]decisionlog.Call, len(list))
+	for i, c := range list {
+		out[i] = decisionlog.Call{Function: c.Function, Method: c.Method, URL: c.URL, Location: c.Location, Resource: c.Resource,
+			Status: c.Status, DurationSeconds: c.Duration.Seconds(), ResponseBytes: c.ResponseBytes, Refused: c.Refused}
+		if c.Err != nil {
+			out[i].Error = c.Err.Error()
+		}
+	}
+	return out
+}
+
+// collectCalls returns the context a decision is made under and what
+// collects its calls out: only when there is a decision log to write
+// them to and a client that makes them.
+func (s *Server) collectCalls(ctx context.Context) (context.Context, *callout.Calls) {
+	if s.cfg.DecisionLog == nil || (s.cfg.HTTP == nil && s.cfg.Poster == nil) {
+		return ctx, nil
+	}
+	return callout.Collect(ctx)
 }
 
 // logReads are a decision's context reads as the decision log writes

@@ -12,17 +12,53 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
+	"github.com/arbiter-pdp/arbiter/callout"
+	"github.com/arbiter-pdp/arbiter/imagedata"
 	"github.com/arbiter-pdp/arbiter/server/authz"
 )
 
-// configAuthorizationKey is the config file section that is not a flag.
-const configAuthorizationKey = "authorization"
+// The config file sections that are not flags.
+const (
+	configAuthorizationKey = "authorization"
+	configCalloutKey       = "callout"
+	configImageDataKey     = "imageData"
+)
+
+// configSections are the sections of a config file that are not flags.
+type configSections struct {
+	authorization *authz.Config
+	// callout configures http.* and resource.Post (docs/context.md).
+	callout *callout.Config
+	// imageData configures image.GetMetadata's registry access.
+	imageData *imagedata.Config
+}
+
+// decodeSection decodes a config file section strictly (unknown fields
+// are errors naming them).
+func decodeSection(path, key string, raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return exitWith(exitLoad, "--config %s: %s: %v", path, key, err)
+	}
+	return nil
+}
 
 // applyConfigFile reads a YAML config file whose keys are the command's
 // flag names, and sets every flag not given on the command line from it
 // (so flags override the file). Lists set repeatable flags. The
 // authorization section is returned.
 func applyConfigFile(cmd *cobra.Command, path string) (*authz.Config, error) {
+	sec, err := applyConfigSections(cmd, path)
+	if err != nil {
+		return nil, err
+	}
+	return sec.authorization, nil
+}
+
+// applyConfigSections is applyConfigFile returning every section that is
+// not a flag: authorization, callout and imageData.
+func applyConfigSections(cmd *cobra.Command, path string) (*configSections, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, exitWith(exitLoad, "--config: %v", err)
@@ -40,19 +76,39 @@ func applyConfigFile(cmd *cobra.Command, path string) (*authz.Config, error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var az *authz.Config
+	sec := &configSections{}
 	for _, k := range keys {
 		v := doc[k]
-		if k == configAuthorizationKey {
-			az = &authz.Config{}
-			dec := json.NewDecoder(bytes.NewReader(v))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(az); err != nil {
-				return nil, exitWith(exitLoad, "--config %s: authorization: %v", path, err)
+		switch k {
+		case configAuthorizationKey:
+			az := &authz.Config{}
+			if err := decodeSection(path, k, v, az); err != nil {
+				return nil, err
 			}
 			if err := az.Validate(); err != nil {
 				return nil, exitWith(exitLoad, "--config %s: %v", path, err)
 			}
+			sec.authorization = az
+			continue
+		case configCalloutKey:
+			c := &callout.Config{}
+			if err := decodeSection(path, k, v, c); err != nil {
+				return nil, err
+			}
+			if err := c.Validate(); err != nil {
+				return nil, exitWith(exitLoad, "--config %s: callout: %v", path, err)
+			}
+			sec.callout = c
+			continue
+		case configImageDataKey:
+			c := &imagedata.Config{}
+			if err := decodeSection(path, k, v, c); err != nil {
+				return nil, err
+			}
+			if err := c.Validate(); err != nil {
+				return nil, exitWith(exitLoad, "--config %s: imageData: %v", path, err)
+			}
+			sec.imageData = c
 			continue
 		}
 		if k == "config" {
@@ -60,7 +116,7 @@ func applyConfigFile(cmd *cobra.Command, path string) (*authz.Config, error) {
 		}
 		fl := cmd.Flags().Lookup(k)
 		if fl == nil {
-			return nil, exitWith(exitLoad, "--config %s: unknown key %q (keys are the flags of %s, and authorization)", path, k, cmd.Name())
+			return nil, exitWith(exitLoad, "--config %s: unknown key %q (keys are the flags of %s, and authorization, callout, imageData)", path, k, cmd.Name())
 		}
 		if fl.Changed {
 			continue // the command line wins
@@ -69,7 +125,7 @@ func applyConfigFile(cmd *cobra.Command, path string) (*authz.Config, error) {
 			return nil, exitWith(exitLoad, "--config %s: %s: %v", path, k, err)
 		}
 	}
-	return az, nil
+	return sec, nil
 }
 
 func setFlag(fl *pflag.Flag, v json.RawMessage) error {

@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/arbiter-pdp/arbiter/apply"
+	"github.com/arbiter-pdp/arbiter/callout"
 	"github.com/arbiter-pdp/arbiter/decisionlog"
+	"github.com/arbiter-pdp/arbiter/imagedata"
 	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/server/limits"
@@ -57,6 +59,11 @@ type serveOptions struct {
 
 	// authorization is the `authorization:` section of the config file.
 	authorization *authzSection
+	// callout and imageData are the `callout:` and `imageData:` sections:
+	// the calls out of http.* and resource.Post, and image.GetMetadata's
+	// registry access (nil: not configured; such calls are errors).
+	callout   *callout.Config
+	imageData *imagedata.Config
 
 	// kube are the --kube-source flags (kube.go).
 	kube kubeOptions
@@ -105,11 +112,11 @@ served for --drain-delay, in-flight calls finish (bounded by
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.config != "" {
-				sec, err := applyConfigFile(cmd, o.config)
+				sec, err := applyConfigSections(cmd, o.config)
 				if err != nil {
 					return err
 				}
-				o.authorization = sec
+				o.authorization, o.callout, o.imageData = sec.authorization, sec.callout, sec.imageData
 			}
 			return runServe(cmd.Context(), &o)
 		},
@@ -247,6 +254,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if o.decisionLog.output != "" {
 		cfg.DecisionLog = decisionLogConfig(&o.decisionLog)
 	}
+	if err := configureCalls(&cfg.Server, o, log); err != nil {
+		return err
+	}
 	return server.Run(ctx, cfg)
 }
 
@@ -265,4 +275,38 @@ func decisionLogConfig(o *decisionLogOptions) *decisionlog.Config {
 		IncludeObjects: o.objects,
 		Masks:          masks,
 	}
+}
+
+// configureCalls gives the server the clients of the config file's
+// callout and imageData sections: http.* and resource.Post (through the
+// Kubernetes API server of --kube-source, when given) and
+// image.GetMetadata. Without a section those calls are error results
+// naming what is not configured.
+func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error {
+	if o.callout != nil {
+		opts := callout.Options{Logger: log}
+		if o.kube.enabled {
+			rc, err := kubeRestConfig(o.kube.kubeconfig)
+			if err != nil {
+				return exitWith(exitLoad, "callout: %v", err)
+			}
+			opts.Kube = rc
+		}
+		c, err := callout.New(*o.callout, opts)
+		if err != nil {
+			return exitWith(exitLoad, "--config: callout: %v", err)
+		}
+		cfg.HTTP = c
+		if opts.Kube != nil {
+			cfg.Poster = c
+		}
+	}
+	if o.imageData != nil {
+		f, err := imagedata.New(*o.imageData, imagedata.Options{Logger: log})
+		if err != nil {
+			return exitWith(exitLoad, "--config: imageData: %v", err)
+		}
+		cfg.ImageData = f
+	}
+	return nil
 }

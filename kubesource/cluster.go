@@ -53,11 +53,6 @@ func (c *StatusConfig) ttl() time.Duration {
 	return c.PermissionsTTL
 }
 
-// WebhookResync is how often the managed webhook configurations are
-// compared with what the primary wants even when no revision changed (a
-// hand edit is undone, a rotated CA file reaches them).
-const WebhookResync = 30 * time.Second
-
 // cluster writes back to the cluster what the primary serves: the managed
 // webhook configurations and the policies' status. It runs in the source,
 // so only while the replica is the primary, and stops with it.
@@ -154,7 +149,7 @@ func (c *cluster) run(ctx context.Context) {
 		return
 	case <-c.s.ready:
 	}
-	period := WebhookResync
+	period := c.hooks.resync()
 	if c.status != nil {
 		period = min(period, c.status.ttl())
 	}
@@ -197,7 +192,7 @@ func (c *cluster) reconcile(ctx context.Context) error {
 	rev := revisionOf(snap)
 	stored := c.storedPolicies(snap)
 	var errs []error
-	if c.hooks != nil && (snap != c.applied || time.Since(c.appliedAt) >= WebhookResync) {
+	if c.hooks != nil && (snap != c.applied || time.Since(c.appliedAt) >= c.hooks.resync()) {
 		if err := c.applyWebhooks(ctx, stored); err != nil {
 			errs = append(errs, err)
 		} else {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -58,6 +59,17 @@ type WebhookConfig struct {
 	ObjectSelector    *metav1.LabelSelector
 	// Labels and Annotations are added to both configurations.
 	Labels, Annotations map[string]string
+	// Resync is how often the configurations are compared with what the
+	// primary wants even when no revision changed, so a hand edit is
+	// undone and a rotated CAFile reaches them (default 30 s).
+	Resync time.Duration
+}
+
+func (c *WebhookConfig) resync() time.Duration {
+	if c == nil || c.Resync <= 0 {
+		return 30 * time.Second
+	}
+	return c.Resync
 }
 
 // ServiceRef names the shim's Service.

@@ -22,9 +22,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/jsonpath"
 
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/internal/k8stest"
 	"github.com/arbiter-pdp/arbiter/server"
 )
 
@@ -497,5 +499,83 @@ func TestManagedWebhooks(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond) // two resyncs
 	if w := f.src.Stats().WebhookWrites; w != writes {
 		t.Errorf("%d webhook configuration writes with nothing changed", w-writes)
+	}
+}
+
+// TestDeployRBACSuffices: a replica with the rights deploy/ grants the
+// server's account (kube-source and managed-webhooks components,
+// impersonated) wins the Lease, writes the policies' status, records the
+// Event of a refused policy and manages the webhook configurations, with
+// no request refused.
+func TestDeployRBACSuffices(t *testing.T) {
+	needAPIServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := kc.Apply(ctx, namespace("arbiter", nil)); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := k8stest.ReadObjects("../deploy/kube-source/rbac.yaml", "../deploy/kube-source/reporting.yaml", "../deploy/kube-source/managed-webhooks/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if _, err := kc.Apply(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hooks := &WebhookConfig{URL: "https://127.0.0.1:1", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"arbiter-test": "rbac"}}}
+	hooks.Name = DefaultWebhookConfigName // the name the RBAC grants
+	t.Cleanup(func() {
+		cs, _ := kubernetes.NewForConfig(apiserver.Config)
+		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), hooks.Name, metav1.DeleteOptions{})
+		_ = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), hooks.Name, metav1.DeleteOptions{})
+	})
+	rc := rest.CopyConfig(apiserver.Config)
+	rc.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:arbiter:arbiter-server",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:arbiter", "system:authenticated"}}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := server.New(ctx, server.Config{DataDir: t.TempDir(), NoSync: true, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = RunHA(ctx, srv, HAConfig{Source: Config{Rest: rc, Logger: log, BatchDelay: 10 * time.Millisecond, Status: &StatusConfig{}, Webhooks: hooks},
+			LeaseName: "arbiter-primary", LeaseNamespace: "arbiter", Address: "127.0.0.1:1",
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond})
+	}()
+	defer func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	}()
+
+	id := unique("rbac")
+	good, bad := id+"-good", id+"-bad"
+	t.Cleanup(func() {
+		remove(t, vpol(good, "x"))
+		remove(t, vpol(bad, "x"))
+	})
+	apply(t, vpol(good, "rbacx"))
+	apply(t, withExpression(vpol(bad, "x"), "object.nope(("))
+	waitStatus(t, kyvernoapi.KindValidatingPolicy, good, func(st policyStatus) bool {
+		return len(st.ConditionStatus.Conditions) == 2 && st.ConditionStatus.Conditions[0].Type == ConditionWebhookConfigured &&
+			st.ConditionStatus.Conditions[0].Status == metav1.ConditionTrue
+	})
+	waitStatus(t, kyvernoapi.KindValidatingPolicy, bad, func(st policyStatus) bool {
+		return len(st.ConditionStatus.Conditions) == 3 && st.ConditionStatus.Conditions[2].Type == ConditionPolicyCached
+	})
+	eventually(t, "an ArbiterRejected Event", func() bool { return len(rejectedEvents(t, bad)) > 0 })
+	v, _ := webhookConfigs(t, hooks.Name)
+	if v == nil || len(v.Webhooks) == 0 {
+		t.Fatalf("no managed webhook: %+v", v)
+	}
+	if l := logs.String(); strings.Contains(l, "forbidden") {
+		t.Fatalf("a request was refused:\n%s", l)
 	}
 }

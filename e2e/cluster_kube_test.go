@@ -230,7 +230,7 @@ func TestPolicyStatusFailover(t *testing.T) {
 	args := []string{"--kube-source", "--kubeconfig", api.Kubeconfig, "--lease-name", lease, "--lease-namespace", ns,
 		"--lease-duration", "3s", "--lease-renew-deadline", "2s", "--lease-retry-period", "250ms",
 		"--kube-webhooks", "managed", "--kube-webhook-name", name, "--kube-webhook-url", "https://127.0.0.1:1",
-		"--kube-webhook-namespace-selector", "arbiter-e2e="+id}
+		"--kube-webhook-namespace-selector", "arbiter-e2e=" + id}
 	var procs []*proc
 	for i := range 3 {
 		n := fmt.Sprintf("replica-%d", i)

@@ -41,6 +41,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/kubesource"
 )
 
 const (
@@ -341,7 +342,9 @@ func TestKustomization(t *testing.T) {
 				t.Errorf("%s: patch %d: want an inline patch with a target", file, i)
 				continue
 			}
-			obj, gvk, err := strict.Decode([]byte(p.Patch), nil, nil)
+			// A strategic-merge patch may delete its target ($patch: delete).
+			patch, _ := strings.CutPrefix(p.Patch, "$patch: delete\n")
+			obj, gvk, err := strict.Decode([]byte(patch), nil, nil)
 			if err != nil {
 				t.Errorf("%s: patch %d: %v", file, i, err)
 				continue
@@ -1016,5 +1019,141 @@ func TestMutatingWebhookConfiguration(t *testing.T) {
 		!reflect.DeepEqual(mw.NamespaceSelector, vw.NamespaceSelector) || !reflect.DeepEqual(mw.MatchConditions, vw.MatchConditions) ||
 		!slices.Equal(mw.AdmissionReviewVersions, vw.AdmissionReviewVersions) {
 		t.Errorf("the mutating webhook differs from the validating one beyond path, operations and reinvocation")
+	}
+}
+
+// TestKubeSourceRBAC: the kube-source component (and managed-webhooks)
+// grant the server's account exactly what `serve --kube-source` uses:
+// reading the kinds it owns, updating only the status subresource of the
+// policies it writes the status of, and (managed webhooks) creating and
+// updating only the configurations it manages; nothing deleted, no
+// wildcard.
+func TestKubeSourceRBAC(t *testing.T) {
+	m := loadManifests(t)
+	type grant struct{ group, resource, verb, name string }
+	got := map[grant]bool{}
+	for _, d := range m.docs {
+		if !strings.HasPrefix(d.file, "kube-source/") {
+			continue
+		}
+		var rules []rbacv1.PolicyRule
+		switch o := d.obj.(type) {
+		case *rbacv1.ClusterRole:
+			rules = o.Rules
+		case *rbacv1.Role:
+			rules = o.Rules
+		default:
+			continue
+		}
+		for _, r := range rules {
+			names := r.ResourceNames
+			if names == nil {
+				names = []string{""}
+			}
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						for _, n := range names {
+							if g == "*" || res == "*" || v == "*" {
+								t.Errorf("%s: wildcard in %+v", d, r)
+							}
+							got[grant{g, res, v, n}] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	want := map[grant]bool{}
+	add := func(group string, resources, verbs []string, name string) {
+		for _, r := range resources {
+			for _, v := range verbs {
+				want[grant{group, r, v, name}] = true
+			}
+		}
+	}
+	read := []string{"get", "list", "watch"}
+	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies", "policyexceptions"}, read, "")
+	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status"}, []string{"update"}, "")
+	add("admissionregistration.k8s.io", []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, read, "")
+	add("", []string{"namespaces"}, read, "")
+	add("", []string{"events"}, []string{"create", "patch"}, "")
+	add("coordination.k8s.io", []string{"leases"}, []string{"create"}, "")
+	add("coordination.k8s.io", []string{"leases"}, []string{"get", "update"}, "arbiter-primary")
+	add("admissionregistration.k8s.io", []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, []string{"create"}, "")
+	add("admissionregistration.k8s.io", []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, []string{"get", "update"}, kubesource.DefaultWebhookConfigName)
+	for g := range got {
+		if !want[g] {
+			t.Errorf("granted but not used: %+v", g)
+		}
+	}
+	for g := range want {
+		if !got[g] {
+			t.Errorf("used but not granted: %+v", g)
+		}
+	}
+	// The reporting identity: view for the server's account.
+	var view bool
+	for _, b := range all[*rbacv1.ClusterRoleBinding](m) {
+		if b.RoleRef.Name == "view" && len(b.Subjects) == 1 && b.Subjects[0].Name == "arbiter-server" && b.Subjects[0].Namespace == "arbiter" {
+			view = true
+		}
+	}
+	if !view {
+		t.Error("no view ClusterRoleBinding for arbiter-server (the reporting identity)")
+	}
+}
+
+// TestKustomizeBuildManagedWebhooks: deploy/ with the kube-source and
+// managed-webhooks components builds, without the static webhook
+// configurations and with the RBAC of both.
+func TestKustomizeBuildManagedWebhooks(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not installed")
+	}
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, here) // kustomize refuses absolute paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n  - %s\n",
+		rel, filepath.Join(rel, "kube-source"), filepath.Join(rel, "kube-source", "managed-webhooks"))
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubectl, "kustomize", dir).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("kubectl kustomize: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	docs, err := splitYAML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &manifests{kustomizations: map[string]*kustomization{}}
+	for i, raw := range docs {
+		if err := m.decodeDoc("kustomize build", i, raw); err != nil {
+			t.Fatalf("document %d: %v\n%s", i, err, raw)
+		}
+	}
+	if n := len(all[*admissionregistrationv1.ValidatingWebhookConfiguration](m)) + len(all[*admissionregistrationv1.MutatingWebhookConfiguration](m)); n != 0 {
+		t.Errorf("%d static webhook configurations left", n)
+	}
+	roles := map[string]bool{}
+	for _, r := range all[*rbacv1.ClusterRole](m) {
+		roles[r.Name] = true
+	}
+	for _, r := range []string{"arbiter-kube-source", "arbiter-kube-source-webhooks"} {
+		if !roles[r] {
+			t.Errorf("no ClusterRole %s", r)
+		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 var fixedKinds = []kindSpec{
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindMutatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedMutatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindPolicyException}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}, []string{"v1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"}, []string{"v1"}},
@@ -78,7 +80,7 @@ func normalize(u *unstructured.Unstructured) map[string]any {
 	}
 	gk := u.GroupVersionKind().GroupKind()
 	switch {
-	case gk.Group == kyvernoapi.Group && (gk.Kind == kyvernoapi.KindValidatingPolicy || gk.Kind == kyvernoapi.KindNamespacedValidatingPolicy):
+	case isStatusKind(gk.Group, gk.Kind):
 		st, _ := obj["status"].(map[string]any)
 		delete(obj, "status")
 		if g, ok := st["generated"].(bool); ok && g {

@@ -1,7 +1,8 @@
 // Package kubesource feeds a primary's store from a Kubernetes API server:
 // it watches, with one dynamic informer per kind and no other cache, the
 // policy kinds (policies.kyverno.io ValidatingPolicy,
-// NamespacedValidatingPolicy, PolicyException; admissionregistration.k8s.io
+// NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy,
+// PolicyException; admissionregistration.k8s.io
 // ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding),
 // Namespaces, and the param kinds the stored ValidatingAdmissionPolicies
 // name (discovered as policies change), and commits every change through
@@ -19,9 +20,14 @@
 // retried without it, the store keeps what it had for that object (its
 // previous version, or nothing), and a Warning Event (reason
 // ArbiterRejected) naming the field is recorded on the object, once per
-// resourceVersion. Changes to fields that carry no policy meaning
-// (resourceVersion, managedFields, ...) store the same bytes and make no
-// revision (see normalize).
+// content (a change of the status alone records no second Event). Changes
+// to fields that carry no policy meaning (resourceVersion, managedFields,
+// ...) store the same bytes and make no revision (see normalize).
+//
+// The source also writes back, from the revision the primary serves, the
+// status of the policies (Config.Status: status.conditionStatus as Kyverno
+// writes it, status.go) and the webhook configurations made from them
+// (Config.Webhooks, webhooks.go); cluster.go runs both.
 //
 // RunHA elects one primary among several replicas with a Lease; see elect.go.
 package kubesource
@@ -79,8 +85,16 @@ type Config struct {
 	// RetryInterval is how often kinds the API server does not serve are
 	// looked for again (default 30 s).
 	RetryInterval time.Duration
-	// Component is the source of the Events recorded (default "arbiter").
+	// Component is the source of the Events recorded, and the field
+	// manager of what the primary writes (default "arbiter").
 	Component string
+	// Status, when set, makes the primary write the status of the
+	// policies it serves (cluster.go).
+	Status *StatusConfig
+	// Webhooks, when set, makes the primary manage webhook configurations
+	// made from the policies it serves (webhooks.go); nil: the static
+	// configuration of deploy/ is in place.
+	Webhooks *WebhookConfig
 }
 
 func (c *Config) defaults() {
@@ -119,6 +133,9 @@ type Stats struct {
 	Reconciles uint64
 	// Watching lists the kinds watched, as Kind.group/version (sorted).
 	Watching []string
+	// StatusWrites and WebhookWrites count the policy statuses and the
+	// webhook configurations written.
+	StatusWrites, WebhookWrites uint64
 }
 
 // Snapshot is what the source reads of one compiled revision of the
@@ -174,6 +191,9 @@ type Source struct {
 	mapper      *restmapper.DeferredDiscoveryRESTMapper
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
+	// cluster writes the policies' status and the webhook configurations
+	// (nil when the configuration asks for neither).
+	cluster *cluster
 
 	mu      sync.Mutex
 	watches map[schema.GroupKind]*watch
@@ -185,8 +205,8 @@ type Source struct {
 	// unresolved are the kinds the API server did not serve when asked
 	// (worker only).
 	unresolved map[schema.GroupKind][]string
-	// rejected maps a refused object to the resourceVersion its Event was
-	// recorded for (worker only).
+	// rejected maps a refused object to the content (contentHash of what
+	// would be stored) its Event was recorded for (worker only).
 	rejected map[store.Key]string
 	// paramKinds are the kinds the source has written as params (worker
 	// only): stored objects of these kinds that are no longer params are
@@ -231,7 +251,7 @@ func newSource(cfg Config, srv target) (*Source, error) {
 	}
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: core.Events("")})
-	return &Source{
+	s := &Source{
 		cfg:         cfg,
 		srv:         srv,
 		log:         cfg.Logger.With("component", "kube-source"),
@@ -245,7 +265,13 @@ func newSource(cfg Config, srv target) (*Source, error) {
 		unresolved:  map[schema.GroupKind][]string{},
 		rejected:    map[store.Key]string{},
 		ready:       make(chan struct{}),
-	}, nil
+	}
+	if cfg.Status != nil || cfg.Webhooks != nil {
+		if s.cluster, err = newCluster(s); err != nil {
+			return nil, fmt.Errorf("kubesource: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Ready is closed once the first comparison of the store with the
@@ -261,6 +287,9 @@ func (s *Source) Stats() Stats {
 	}
 	s.mu.Unlock()
 	sort.Strings(st.Watching)
+	if s.cluster != nil {
+		st.StatusWrites, st.WebhookWrites = s.cluster.statusWrites.Load(), s.cluster.webhookWrites.Load()
+	}
 	return st
 }
 
@@ -276,6 +305,13 @@ func (s *Source) Run(ctx context.Context) error {
 	}()
 	for _, k := range fixedKinds {
 		s.ensureWatch(ctx, k.gk, k.versions, false)
+	}
+	if s.cluster != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.cluster.run(ctx)
+		}()
 	}
 	s.waitSynced(ctx)
 	s.markFull()
@@ -369,6 +405,9 @@ func (s *Source) enqueue(gk schema.GroupKind, obj any) {
 	s.dirty[keyOf(gk, ns, name)] = true
 	s.mu.Unlock()
 	s.poke()
+	if s.cluster != nil && isStatusKind(gk.Group, gk.Kind) {
+		s.cluster.poke()
+	}
 }
 
 // ensureWatch starts the informer of a kind at the first of versions the
@@ -779,6 +818,9 @@ func (s *Source) committed(c store.Commit, ups []item) {
 	for _, it := range ups {
 		delete(s.rejected, it.key)
 	}
+	if s.cluster != nil {
+		s.cluster.poke()
+	}
 	if c.Unchanged {
 		return
 	}
@@ -794,8 +836,9 @@ func (s *Source) committed(c store.Commit, ups []item) {
 	s.log.Info("committed cluster changes", "revision", c.Revision, "digest", c.Digest, "upserted", up, "deleted", del)
 }
 
-// reject reports an object that does not compile: a log line, and a
-// Warning Event on the object once per resourceVersion.
+// reject reports an object that does not compile: a log line, a Warning
+// Event on the object once per content, and (with Config.Status) its
+// status.
 func (s *Source) reject(it item, errs []*manifest.LoadError) {
 	s.rejects.Add(1)
 	parts := make([]string, len(errs))
@@ -814,8 +857,13 @@ func (s *Source) reject(it item, errs []*manifest.LoadError) {
 		ref = it.u.GetKind() + " " + ns + "/" + it.u.GetName()
 	}
 	s.log.Warn("object refused", "object", ref, "resource_version", it.u.GetResourceVersion(), "err", strings.Join(parts, "; "))
-	if rv := it.u.GetResourceVersion(); s.rejected[it.key] != rv || rv == "" {
-		s.rejected[it.key] = rv
+	if s.cluster != nil {
+		s.cluster.refused(it.key, it.u, strings.Join(parts, "; "))
+	}
+	// Once per content: a change of what the store would not hold (the
+	// status the primary writes) records no second Event.
+	if v := contentHash(normalize(it.u)); s.rejected[it.key] != v {
+		s.rejected[it.key] = v
 		if len(msg) > 1024 {
 			msg = msg[:1021] + "..."
 		}

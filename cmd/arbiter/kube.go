@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -30,6 +34,18 @@ type kubeOptions struct {
 	renewDeadline  time.Duration
 	retryPeriod    time.Duration
 	resync         time.Duration
+
+	// What the primary writes back (cluster.go of kubesource).
+	policyStatus      bool
+	reportsUser       string
+	webhooks          string
+	webhookName       string
+	webhookService    string
+	webhookURL        string
+	webhookCAFile     string
+	webhookExclude    []string
+	webhookNSSelector string
+	webhookAnnotation []string
 }
 
 func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
@@ -42,6 +58,103 @@ func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
 	f.DurationVar(&o.renewDeadline, "lease-renew-deadline", 10*time.Second, "--kube-source: a primary that cannot renew its Lease for this long steps down (less than --lease-duration)")
 	f.DurationVar(&o.retryPeriod, "lease-retry-period", 2*time.Second, "--kube-source: how often the Lease is tried and renewed")
 	f.DurationVar(&o.resync, "kube-resync", 10*time.Minute, "--kube-source: how often the whole store is compared with the cluster")
+	f.BoolVar(&o.policyStatus, "kube-policy-status", true, "--kube-source: the primary writes the status of the ValidatingPolicies and MutatingPolicies (and their namespaced kinds) as Kyverno does: status.conditionStatus with WebhookConfigured and RBACPermissionsGranted, ready, and the revision that holds the policy")
+	f.StringVar(&o.reportsUser, "kube-reports-user", "", "--kube-source: the user whose get/list/watch permissions on the policies' resources the RBACPermissionsGranted condition checks (SubjectAccessReviews, as Kyverno checks its reports controller's service account); default: Arbiter's own credentials (SelfSubjectAccessReviews)")
+	f.StringVar(&o.webhooks, "kube-webhooks", "static", `--kube-source: "static": the webhook configurations of deploy/ send every request to the shim; "managed": the primary keeps a Validating- and a MutatingWebhookConfiguration (--kube-webhook-name) whose webhooks are made from the policies' matchConstraints, as Kyverno does`)
+	f.StringVar(&o.webhookName, "kube-webhook-name", kubesource.DefaultWebhookConfigName, "--kube-webhooks managed: the name of the ValidatingWebhookConfiguration and the MutatingWebhookConfiguration")
+	f.StringVar(&o.webhookService, "kube-webhook-service", "", "--kube-webhooks managed: the shim's Service, NAMESPACE/NAME[:PORT] (default $POD_NAMESPACE/arbiter-webhook:443); the webhooks call its /validate and /mutate")
+	f.StringVar(&o.webhookURL, "kube-webhook-url", "", "--kube-webhooks managed: the shim's base URL (https://HOST[:PORT][/PREFIX]) instead of a Service; /validate and /mutate are appended")
+	f.StringVar(&o.webhookCAFile, "kube-webhook-ca-file", "", "--kube-webhooks managed: PEM CA bundle that verifies the shim's certificate, written into the configurations (re-read at every update); without it the caBundle they hold is kept (for a CA injector)")
+	f.StringSliceVar(&o.webhookExclude, "kube-webhook-exclude-namespaces", nil, "--kube-webhooks managed: namespaces no webhook is called for (default kube-system and $POD_NAMESPACE, Arbiter's own, as Kyverno excludes kube-system and its namespace)")
+	f.StringVar(&o.webhookNSSelector, "kube-webhook-namespace-selector", "", "--kube-webhooks managed: a label selector (env=prod,tier!=dev) every webhook's namespaceSelector also requires")
+	f.StringArrayVar(&o.webhookAnnotation, "kube-webhook-annotation", nil, "--kube-webhooks managed: KEY=VALUE annotation of the configurations (repeatable), e.g. cert-manager.io/inject-ca-from=NS/CERTIFICATE")
+}
+
+// clusterConfig is what the primary writes back, from the flags.
+func (k *kubeOptions) clusterConfig(src *kubesource.Config) error {
+	if k.policyStatus {
+		src.Status = &kubesource.StatusConfig{ReportsUser: k.reportsUser}
+	}
+	managedOnly := k.webhookService != "" || k.webhookURL != "" || k.webhookCAFile != "" || k.webhookExclude != nil ||
+		k.webhookNSSelector != "" || k.webhookAnnotation != nil || k.webhookName != kubesource.DefaultWebhookConfigName
+	switch k.webhooks {
+	case "static":
+		if managedOnly {
+			return exitWith(exitLoad, "--kube-webhook-* flags apply to --kube-webhooks managed")
+		}
+		return nil
+	case "managed":
+	default:
+		return exitWith(exitLoad, "--kube-webhooks %q: want static or managed", k.webhooks)
+	}
+	ns := podNamespace()
+	w := &kubesource.WebhookConfig{Name: k.webhookName, URL: k.webhookURL, CAFile: k.webhookCAFile}
+	if k.webhookURL != "" && k.webhookService != "" {
+		return exitWith(exitLoad, "--kube-webhook-url and --kube-webhook-service contradict each other")
+	}
+	if k.webhookURL != "" {
+		u, err := url.Parse(k.webhookURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return exitWith(exitLoad, "--kube-webhook-url %q: want https://HOST[:PORT][/PREFIX] (the API server calls webhooks over TLS only, without query or fragment)", k.webhookURL)
+		}
+	} else {
+		svc := k.webhookService
+		if svc == "" {
+			svc = ns + "/arbiter-webhook"
+		}
+		ref, err := parseServiceRef(svc)
+		if err != nil {
+			return exitWith(exitLoad, "--kube-webhook-service: %v", err)
+		}
+		w.Service = ref
+	}
+	exclude := k.webhookExclude
+	if exclude == nil {
+		exclude = []string{"kube-system", ns}
+	}
+	w.NamespaceSelector = kubesource.DefaultNamespaceSelector(exclude...)
+	if k.webhookNSSelector != "" {
+		sel, err := metav1.ParseToLabelSelector(k.webhookNSSelector)
+		if err != nil {
+			return exitWith(exitLoad, "--kube-webhook-namespace-selector: %v", err)
+		}
+		if w.NamespaceSelector == nil {
+			w.NamespaceSelector = &metav1.LabelSelector{}
+		}
+		if len(sel.MatchLabels) > 0 {
+			w.NamespaceSelector.MatchLabels = sel.MatchLabels
+		}
+		w.NamespaceSelector.MatchExpressions = append(w.NamespaceSelector.MatchExpressions, sel.MatchExpressions...)
+	}
+	for _, a := range k.webhookAnnotation {
+		key, value, ok := strings.Cut(a, "=")
+		if !ok || key == "" {
+			return exitWith(exitLoad, "--kube-webhook-annotation %q: want KEY=VALUE", a)
+		}
+		if w.Annotations == nil {
+			w.Annotations = map[string]string{}
+		}
+		w.Annotations[key] = value
+	}
+	src.Webhooks = w
+	return nil
+}
+
+// parseServiceRef reads NAMESPACE/NAME[:PORT].
+func parseServiceRef(s string) (kubesource.ServiceRef, error) {
+	ns, rest, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || rest == "" {
+		return kubesource.ServiceRef{}, fmt.Errorf("%q: want NAMESPACE/NAME[:PORT]", s)
+	}
+	ref := kubesource.ServiceRef{Namespace: ns, Name: rest, Port: 443}
+	if name, port, ok := strings.Cut(rest, ":"); ok {
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || p == 0 || name == "" {
+			return kubesource.ServiceRef{}, fmt.Errorf("%q: want NAMESPACE/NAME[:PORT]", s)
+		}
+		ref.Name, ref.Port = name, int32(p)
+	}
+	return ref, nil
 }
 
 // startKube is serve's hook for --kube-source, called after server.New and
@@ -54,6 +167,9 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 	if !k.enabled {
 		if k.kubeconfig != "" || k.advertise != "" {
 			return exitWith(exitLoad, "--kubeconfig and --advertise-address apply to --kube-source")
+		}
+		if k.webhooks != "static" || k.reportsUser != "" {
+			return exitWith(exitLoad, "--kube-webhooks and --kube-reports-user apply to --kube-source")
 		}
 		return nil
 	}
@@ -69,6 +185,9 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 		return exitWith(exitLoad, "--kube-source: %v", err)
 	}
 	src := kubesource.Config{Rest: rc, Logger: log, Resync: k.resync}
+	if err := k.clusterConfig(&src); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	if k.leaseName == "" {

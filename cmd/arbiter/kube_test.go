@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/arbiter-pdp/arbiter/kubesource"
 )
 
 // The --kube-source flags are checked before the server takes calls; none
@@ -38,6 +40,15 @@ current-context: c
 		{"unreadable kubeconfig", []string{"--kube-source", "--kubeconfig", filepath.Join(dir, "missing")}, "--kube-source:"},
 		{"every address, nothing to advertise", []string{"--kube-source", "--kubeconfig", kubeconfig, "--listen", "0.0.0.0:0", "--insecure"}, "give --advertise-address"},
 		{"plaintext to a non-loopback replica", []string{"--kube-source", "--kubeconfig", kubeconfig, "--advertise-address", "10.0.0.1:50051"}, "plaintext"},
+		{"--kube-webhooks alone", []string{"--kube-webhooks", "managed"}, "apply to --kube-source"},
+		{"an unknown webhook mode", []string{"--kube-source", "--kubeconfig", kubeconfig, "--kube-webhooks", "auto"}, `want static or managed`},
+		{"webhook flags with static webhooks", []string{"--kube-source", "--kubeconfig", kubeconfig, "--kube-webhook-url", "https://x"}, "apply to --kube-webhooks managed"},
+		{"a plain-HTTP webhook URL", []string{"--kube-source", "--kubeconfig", kubeconfig, "--kube-webhooks", "managed", "--kube-webhook-url", "http://127.0.0.1:8443"}, "--kube-webhook-url"},
+		{"URL and Service", []string{"--kube-source", "--kubeconfig", kubeconfig, "--kube-webhooks", "managed", "--kube-webhook-url", "https://x", "--kube-webhook-service", "a/b"}, "contradict"},
+		{"a Service without namespace", []string{"--kube-source", "--kubeconfig", kubeconfig, "--kube-webhooks", "managed", "--kube-webhook-service", "arbiter-webhook"}, "NAMESPACE/NAME[:PORT]"},
+		{"a Service with a bad port", []string{"--kube-source", "--kubeconfig", kubeconfig, "--kube-webhooks", "managed", "--kube-webhook-service", "a/b:https"}, "NAMESPACE/NAME[:PORT]"},
+		{"a bad namespace selector", []string{"--kube-source", "--kubeconfig", kubeconfig, "--kube-webhooks", "managed", "--kube-webhook-namespace-selector", "a in (b"}, "--kube-webhook-namespace-selector"},
+		{"an annotation without value", []string{"--kube-source", "--kubeconfig", kubeconfig, "--kube-webhooks", "managed", "--kube-webhook-annotation", "x"}, "KEY=VALUE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +60,47 @@ current-context: c
 				t.Fatalf("serve %v: %v, want exit 2 with %q", tt.args, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestParseServiceRef(t *testing.T) {
+	for in, want := range map[string]kubesource.ServiceRef{
+		"arbiter/arbiter-webhook":      {Namespace: "arbiter", Name: "arbiter-webhook", Port: 443},
+		"arbiter/arbiter-webhook:8443": {Namespace: "arbiter", Name: "arbiter-webhook", Port: 8443},
+	} {
+		if got, err := parseServiceRef(in); err != nil || got != want {
+			t.Errorf("parseServiceRef(%q) = %+v, %v", in, got, err)
+		}
+	}
+}
+
+// The managed webhook configuration the flags make.
+func TestKubeClusterConfig(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "arbiter")
+	k := kubeOptions{policyStatus: true, reportsUser: "system:serviceaccount:arbiter:reports", webhooks: "managed",
+		webhookName: kubesource.DefaultWebhookConfigName, webhookNSSelector: "team=a", webhookAnnotation: []string{"cert-manager.io/inject-ca-from=arbiter/arbiter-webhook"}}
+	var src kubesource.Config
+	if err := k.clusterConfig(&src); err != nil {
+		t.Fatal(err)
+	}
+	if src.Status == nil || src.Status.ReportsUser != k.reportsUser {
+		t.Fatalf("status %+v", src.Status)
+	}
+	w := src.Webhooks
+	if w == nil || w.Service != (kubesource.ServiceRef{Namespace: "arbiter", Name: "arbiter-webhook", Port: 443}) || w.URL != "" {
+		t.Fatalf("webhooks %+v", w)
+	}
+	sel := w.NamespaceSelector
+	if sel.MatchLabels["team"] != "a" || len(sel.MatchExpressions) != 2 || sel.MatchExpressions[1].Values[0] != "arbiter" {
+		t.Fatalf("namespace selector %+v", sel)
+	}
+	if w.Annotations["cert-manager.io/inject-ca-from"] != "arbiter/arbiter-webhook" {
+		t.Fatalf("annotations %v", w.Annotations)
+	}
+	k = kubeOptions{webhooks: "static", webhookName: kubesource.DefaultWebhookConfigName}
+	src = kubesource.Config{}
+	if err := k.clusterConfig(&src); err != nil || src.Status != nil || src.Webhooks != nil {
+		t.Fatalf("static, no status: %+v %v", src, err)
 	}
 }
 

@@ -72,6 +72,23 @@ type Config struct {
 	// Match is the variant's matchConstraints.
 	Match    *admissionregistrationv1.MatchResources
 	from, to [2]string
+	targets  []autogenTarget
+}
+
+// Target is a resource an autogen variant applies to, as Kyverno lists
+// it in status.autogen.configs[*].targets.
+type Target struct {
+	Group, Version, Resource, Kind string
+}
+
+// Targets returns the resources the variant applies to, sorted by group,
+// version, resource and kind (Kyverno's order).
+func (c Config) Targets() []Target {
+	out := make([]Target, len(c.targets))
+	for i, t := range c.targets {
+		out[i] = Target{Group: t.group, Version: t.version, Resource: t.resource, Kind: t.kind}
+	}
+	return out
 }
 
 // Configs returns the autogen variants of a policy whose matchConstraints
@@ -107,7 +124,7 @@ func Configs(m *admissionregistrationv1.MatchResources, pc *kyvernoapi.PodContro
 		if len(ops) == 0 {
 			continue
 		}
-		out = append(out, Config{Name: cfg.name, TemplatePath: cfg.templatePath, Match: autogenMatch(targets, ops, m), from: cfg.from, to: cfg.to})
+		out = append(out, Config{Name: cfg.name, TemplatePath: cfg.templatePath, Match: autogenMatch(targets, ops, m), from: cfg.from, to: cfg.to, targets: targets})
 	}
 	return out
 }

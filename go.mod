@@ -3,6 +3,7 @@ module github.com/arbiter-pdp/arbiter
 go 1.26.8
 
 require (
+	github.com/aptible/supercronic v0.2.48
 	github.com/docker/cli v29.6.2+incompatible
 	github.com/google/cel-go v0.31.0
 	github.com/google/go-containerregistry v0.21.8
@@ -58,7 +59,7 @@ require (
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
-	github.com/fsnotify/fsnotify v1.9.0 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect

@@ -47,6 +47,10 @@ const (
 	// the data globalContext.Get serves. It is stored and consulted
 	// (package clusterdata), not compiled by the engine.
 	ClassGlobalContextEntry
+	// ClassDeletingPolicy is a DeletingPolicy or NamespacedDeletingPolicy
+	// (engine/dpol): compiled and listed, never evaluated at admission; the
+	// Kubernetes source runs it on its schedule.
+	ClassDeletingPolicy
 )
 
 // Kyverno's GlobalContextEntry kind and group.
@@ -78,6 +82,8 @@ func Classify(o *manifest.Object) Class {
 			return ClassMutatingPolicy
 		case kyvernoapi.KindPolicyException:
 			return ClassException
+		case kyvernoapi.KindDeletingPolicy, kyvernoapi.KindNamespacedDeletingPolicy:
+			return ClassDeletingPolicy
 		}
 		return ClassUnsupported
 	case group == globalContextGroup && o.Kind == kindGlobalContextEntry:

@@ -11,7 +11,9 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admissionpolicy"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
+	"github.com/arbiter-pdp/arbiter/engine/dpol"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
@@ -35,6 +37,7 @@ type Compiler struct {
 	vap        vap.Cache
 	mapol      mapol.Cache
 	authz      map[string]cachedAuthz
+	dpol       map[string]cachedDeleting
 	// indexes are the exception indexes of the last compilation, by
 	// policy: a policy whose exceptions are the same (compiled) ones
 	// keeps its index.
@@ -57,6 +60,11 @@ type cachedAuthz struct {
 	policy  *authz.Policy
 }
 
+type cachedDeleting struct {
+	version string
+	policy  *dpol.Policy
+}
+
 type cachedException struct {
 	version   string
 	exception *exception.Exception
@@ -73,6 +81,7 @@ func NewCompiler() (*Compiler, error) {
 		policies:   map[string]cachedPolicy{},
 		exceptions: map[string]cachedException{},
 		authz:      map[string]cachedAuthz{},
+		dpol:       map[string]cachedDeleting{},
 	}, nil
 }
 
@@ -118,7 +127,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
-	var vapObjs, mapObjs, others, psaObjs, authzObjs []*manifest.Object
+	var vapObjs, mapObjs, others, psaObjs, authzObjs, dpolObjs []*manifest.Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -169,6 +178,13 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			} else {
 				seen[id] = true
 				authzObjs = append(authzObjs, o)
+			}
+		case ClassDeletingPolicy:
+			if id := o.ID(); seen[id] {
+				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
+			} else {
+				seen[id] = true
+				dpolObjs = append(dpolObjs, o)
 			}
 		case ClassPodSecurityConfiguration:
 			psaObjs = append(psaObjs, o)
@@ -259,6 +275,8 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	errs = append(errs, kindErrs...)
 	var authzPols []*authz.Policy
 	authzPols, kindErrs = c.compileAuthz(authzObjs)
+	errs = append(errs, kindErrs...)
+	dpols, kindErrs := c.compileDeleting(dpolObjs, opts)
 	if errs = append(errs, kindErrs...); len(errs) > 0 {
 		return nil, errs
 	}
@@ -321,6 +339,23 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	c.indexes = indexes
 	c.mu.Unlock()
+	if !opts.KeepOrder {
+		sort.SliceStable(dpols, func(i, j int) bool {
+			a, b := dpols[i], dpols[j]
+			if a.Kind != b.Kind {
+				return a.Kind < b.Kind // DeletingPolicy before NamespacedDeletingPolicy
+			}
+			if a.Namespace != b.Namespace {
+				return a.Namespace < b.Namespace
+			}
+			return a.Name < b.Name
+		})
+	}
+	dbounds := make([]*exception.Bound, len(dpols))
+	for i, p := range dpols {
+		dbounds[i] = exception.Bind(byRef[exception.PolicyRef{Name: p.Name, Kind: p.Kind}], nil)
+	}
+	ps.dpol = dpol.NewSet(dpols, dbounds)
 	ps.vpol = vpol.NewSet(pols, bounds)
 	var mpolApplier mpol.Applier
 	if applier != nil {
@@ -374,6 +409,36 @@ func (c *Compiler) compileAuthz(objs []*manifest.Object) ([]*authz.Policy, manif
 	return out, errs
 }
 
+// compileDeleting compiles the DeletingPolicies (cached by identity and
+// version), in the order given.
+func (c *Compiler) compileDeleting(objs []*manifest.Object, opts Options) ([]*dpol.Policy, manifest.LoadErrors) {
+	var out []*dpol.Policy
+	var errs manifest.LoadErrors
+	for _, o := range objs {
+		id, ver := o.ID(), o.ContentVersion()
+		c.mu.Lock()
+		cached, ok := c.dpol[id]
+		c.mu.Unlock()
+		p := cached.policy
+		if !ok || cached.version != ver {
+			var lerr *manifest.LoadError
+			if p, lerr = dpol.Compile(c.env, o); lerr != nil {
+				errs = append(errs, lerr)
+				continue
+			}
+			c.mu.Lock()
+			c.dpol[id] = cachedDeleting{version: ver, policy: p}
+			c.mu.Unlock()
+		}
+		if opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP() {
+			errs = append(errs, manifest.Errorf(o, "spec", "Forbidden: %s", kyvernocel.HTTPNotAllowedValidationMessage))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errs
+}
+
 // Compile is a convenience for a one-off compilation with a fresh compiler.
 func Compile(objs []*manifest.Object, opts Options) (*PolicySet, error) {
 	c, err := NewCompiler()
@@ -403,6 +468,11 @@ func (c *Compiler) Forget(keep map[string]bool) {
 			delete(c.authz, id)
 		}
 	}
+	for id := range c.dpol {
+		if !keep[id] {
+			delete(c.dpol, id)
+		}
+	}
 	c.vap.Forget(keep)
 	c.mapol.Forget(keep)
 }
@@ -417,6 +487,7 @@ type PolicySet struct {
 	mapol      *mapol.Set
 	psa        *psa.Set
 	authz      *authz.Set
+	dpol       *dpol.Set
 	exceptions []*exception.Exception
 	namespaces map[string]map[string]any
 	// exceptionSize bounds the size of exceptions.allowedImages and

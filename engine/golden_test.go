@@ -27,7 +27,7 @@ type expectDoc struct {
 	APIVersion  string         `json:"apiVersion"`
 	Kind        string         `json:"kind"`
 	Description string         `json:"description"`
-	Mode        string         `json:"mode"`      // admission (default), background, cli
+	Mode        string         `json:"mode"`      // admission (default), background, cli; deletion (DeletingPolicies, dpol_golden_test.go)
 	Operation   string         `json:"operation"` // default CREATE
 	Now         string         `json:"now"`       // RFC 3339; default 2026-06-01T00:00:00Z
 	UserInfo    *userInfo      `json:"userInfo"`
@@ -58,6 +58,9 @@ type expectedCase struct {
 	// NotMutated says they must leave it unchanged.
 	Mutated    map[string]any `json:"mutated"`
 	NotMutated bool           `json:"notMutated"`
+	// Deletion mode: the policy ("Kind name" or "Kind namespace/name";
+	// default: the file's only DeletingPolicy) and its decision.
+	deletionCase `json:",inline"`
 }
 
 type expectedResult struct {
@@ -132,6 +135,10 @@ func runGolden(t *testing.T, file string) {
 	}
 	if len(exp.Cases) == 0 {
 		t.Fatal("no cases")
+	}
+	if exp.Mode == "deletion" {
+		runDeletionGolden(t, ps, objs, exp, resources, now)
+		return
 	}
 	for i, c := range exp.Cases {
 		o, ok := resources[c.Resource]

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/arbiter-pdp/arbiter/engine/authz"
+	"github.com/arbiter-pdp/arbiter/engine/dpol"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/export"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -34,6 +35,22 @@ func (ps *PolicySet) MutatingPolicyExceptions(p *mpol.Policy) []*exception.Excep
 // (ValidatingPolicies in Envoy or HTTP mode), in evaluation order.
 func (ps *PolicySet) AuthzPolicies() []*authz.Policy { return ps.authz.Policies() }
 
+// DeletingPolicies returns the compiled DeletingPolicies and
+// NamespacedDeletingPolicies, in order. They are not evaluated at
+// admission: the Kubernetes source runs them on their schedule.
+func (ps *PolicySet) DeletingPolicies() []*dpol.Policy { return ps.dpol.Policies() }
+
+// DeletingPolicy returns a DeletingPolicy or NamespacedDeletingPolicy with
+// the exceptions that name it.
+func (ps *PolicySet) DeletingPolicy(kind, namespace, name string) (dpol.Bound, bool) {
+	return ps.dpol.Get(kind, namespace, name)
+}
+
+// DeletingPolicyExceptions returns the exceptions bound to a DeletingPolicy.
+func (ps *PolicySet) DeletingPolicyExceptions(p *dpol.Policy) []*exception.Exception {
+	return ps.dpol.ExceptionsFor(p)
+}
+
 // Exceptions returns the compiled exceptions, in order.
 func (ps *PolicySet) Exceptions() []*exception.Exception { return ps.exceptions }
 
@@ -54,7 +71,7 @@ func (ps *PolicySet) HasPolicy(kind, name string) bool {
 	if kind == psa.KindPodSecurity {
 		return psa.IsLevel(name)
 	}
-	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name) || ps.authz.Has(kind, name)
+	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name) || ps.authz.Has(kind, name) || ps.dpol.Has(kind, name)
 }
 
 // IsParam says whether o is one of the set's params (an object of a kind a

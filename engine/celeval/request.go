@@ -48,6 +48,10 @@ type Config struct {
 	// `object` within its trigger's request. Its objects are not measured
 	// for the cost estimates: set ExactCost with it.
 	Request *admission.Request
+	// NamespaceAlways binds `namespaceObject` to Namespace whatever the
+	// request's resource: a DeletingPolicy's candidate Namespace is its
+	// own namespaceObject (Kyverno's cleanup engine binds it so).
+	NamespaceAlways bool
 }
 
 // Request is the evaluation of one request by the Kyverno CEL policy kinds:
@@ -97,7 +101,7 @@ func NewRequest(ctx context.Context, req *admission.Request, cfg Config) *Reques
 	rq.oldObject = toVal(req.OldObject)
 	ns := cfg.Namespace
 	rq.namespaceObject = ns
-	if ns != nil && req.Namespace != "" && !(req.Resource.Resource == "namespaces" && req.Resource.Group == "") {
+	if ns != nil && (cfg.NamespaceAlways || req.Namespace != "" && !(req.Resource.Resource == "namespaces" && req.Resource.Group == "")) {
 		rq.namespaceVal = jsonval.Of(ns)
 	} else {
 		rq.namespaceVal = types.NullValue

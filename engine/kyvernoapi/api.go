@@ -21,6 +21,8 @@ const (
 	KindPolicyException            = "PolicyException"
 	KindMutatingPolicy             = "MutatingPolicy"
 	KindNamespacedMutatingPolicy   = "NamespacedMutatingPolicy"
+	KindDeletingPolicy             = "DeletingPolicy"
+	KindNamespacedDeletingPolicy   = "NamespacedDeletingPolicy"
 )
 
 // IsNamespacedKind says whether a policy kind is the namespaced flavour of

@@ -14,6 +14,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
+	"github.com/arbiter-pdp/arbiter/engine/dpol"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	manifestpkg "github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -58,6 +59,17 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 			continue
 		}
 		resp.Policies = append(resp.Policies, s.mutatingPolicyInfo(snap, p, !in.GetWithoutManifests()))
+	}
+	if in.GetAction() == "" {
+		for _, p := range snap.Set.DeletingPolicies() {
+			if in.GetKind() != "" && p.Kind != in.GetKind() || in.GetNamespace() != "" && p.Namespace != in.GetNamespace() {
+				continue
+			}
+			if sel != nil && !sel.Matches(labels.Set(p.Labels)) {
+				continue
+			}
+			resp.Policies = append(resp.Policies, s.deletingPolicyInfo(snap, p, !in.GetWithoutManifests()))
+		}
 	}
 	if in.GetNamespace() == "" && (in.GetKind() == "" || in.GetKind() == kyvernoapi.KindValidatingPolicy) && in.GetAction() == "" {
 		for _, p := range snap.Set.AuthzPolicies() {
@@ -105,7 +117,7 @@ func (s *Server) ListPolicies(ctx context.Context, in *arbiterv1.ListPoliciesReq
 // filter: Kyverno policies, ValidatingAdmissionPolicies and Pod Security
 // levels.
 func policyCount(set *engine.PolicySet) int {
-	return len(set.Policies()) + len(set.MutatingPolicies()) + len(set.AuthzPolicies()) + len(set.VAPInfos()) + len(set.MAPInfos()) + len(set.PodSecurityInfos())
+	return len(set.Policies()) + len(set.MutatingPolicies()) + len(set.DeletingPolicies()) + len(set.AuthzPolicies()) + len(set.VAPInfos()) + len(set.MAPInfos()) + len(set.PodSecurityInfos())
 }
 
 // authzPolicyInfo describes an authorization policy (a ValidatingPolicy
@@ -224,6 +236,15 @@ func (s *Server) getPolicy(snap *Snapshot, kind string, in *arbiterv1.GetPolicyR
 		if p.Kind == kind && p.Name == in.GetName() && (!p.Namespaced() || p.Namespace == in.GetNamespace()) {
 			resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.mutatingPolicyInfo(snap, p, true)}
 			for _, ex := range snap.Set.MutatingPolicyExceptions(p) {
+				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
+			}
+			return resp, nil
+		}
+	}
+	for _, p := range snap.Set.DeletingPolicies() {
+		if p.Kind == kind && p.Name == in.GetName() && (!p.Namespaced() || p.Namespace == in.GetNamespace()) {
+			resp := &arbiterv1.GetPolicyResponse{Revision: snap.Revision, Digest: snap.Digest, Policy: s.deletingPolicyInfo(snap, p, true)}
+			for _, ex := range snap.Set.DeletingPolicyExceptions(p) {
 				resp.Exceptions = append(resp.Exceptions, s.exceptionInfo(snap, ex, false))
 			}
 			return resp, nil
@@ -441,6 +462,23 @@ func (s *Server) mutatingPolicyInfo(snap *Snapshot, p *mpol.Policy, manifest boo
 		Resources: p.Resources(), Autogen: p.AutogenConfigs(),
 	}
 	for _, ex := range snap.Set.MutatingPolicyExceptions(p) {
+		info.Exceptions = append(info.Exceptions, ex.Key())
+	}
+	if manifest {
+		info.ManifestJson = s.manifest(snap, store.Key{Group: kyvernoapi.Group, Kind: p.Kind, Namespace: p.Namespace, Name: p.Name})
+	}
+	return info
+}
+
+// deletingPolicyInfo describes a DeletingPolicy: it is neither admission-
+// nor background-enabled (the Kubernetes source runs it on its schedule,
+// which its manifest holds) and has no validation actions.
+func (s *Server) deletingPolicyInfo(snap *Snapshot, p *dpol.Policy, manifest bool) *arbiterv1.PolicyInfo {
+	info := &arbiterv1.PolicyInfo{
+		Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Annotations: p.Annotations,
+		Resources: p.Resources(),
+	}
+	for _, ex := range snap.Set.DeletingPolicyExceptions(p) {
 		info.Exceptions = append(info.Exceptions, ex.Key())
 	}
 	if manifest {

@@ -2,7 +2,8 @@
 // it watches, with one dynamic informer per kind and no other cache, the
 // policy kinds (policies.kyverno.io ValidatingPolicy,
 // NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy,
-// PolicyException; admissionregistration.k8s.io
+// DeletingPolicy, NamespacedDeletingPolicy, PolicyException;
+// admissionregistration.k8s.io
 // ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding),
 // Namespaces, and the param kinds the stored ValidatingAdmissionPolicies
 // name (discovered as policies change), and commits every change through
@@ -27,7 +28,9 @@
 // The source also writes back, from the revision the primary serves, the
 // status of the policies (Config.Status: status.conditionStatus as Kyverno
 // writes it, status.go) and the webhook configurations made from them
-// (Config.Webhooks, webhooks.go); cluster.go runs both.
+// (Config.Webhooks, webhooks.go); cluster.go runs both. With
+// Config.Cleanup it runs the DeletingPolicies on their schedule
+// (cleanup.go).
 //
 // RunHA elects one primary among several replicas with a Lease; see elect.go.
 package kubesource
@@ -95,6 +98,9 @@ type Config struct {
 	// made from the policies it serves (webhooks.go); nil: the static
 	// configuration of deploy/ is in place.
 	Webhooks *WebhookConfig
+	// Cleanup, when set, makes the primary run the DeletingPolicies it
+	// serves (cleanup.go).
+	Cleanup *CleanupConfig
 }
 
 func (c *Config) defaults() {
@@ -136,6 +142,10 @@ type Stats struct {
 	// StatusWrites and WebhookWrites count the policy statuses and the
 	// webhook configurations written.
 	StatusWrites, WebhookWrites uint64
+	// CleanupRuns, CleanupDeleted, CleanupWouldDelete and
+	// CleanupFailures count the DeletingPolicy runs started, the objects
+	// deleted, those dry runs would have deleted, and failed deletions.
+	CleanupRuns, CleanupDeleted, CleanupWouldDelete, CleanupFailures uint64
 }
 
 // Snapshot is what the source reads of one compiled revision of the
@@ -194,6 +204,8 @@ type Source struct {
 	// cluster writes the policies' status and the webhook configurations
 	// (nil when the configuration asks for neither).
 	cluster *cluster
+	// cleanup runs the DeletingPolicies (nil without Config.Cleanup).
+	cleanup *cleanup
 
 	mu      sync.Mutex
 	watches map[schema.GroupKind]*watch
@@ -271,6 +283,11 @@ func newSource(cfg Config, srv target) (*Source, error) {
 			return nil, fmt.Errorf("kubesource: %w", err)
 		}
 	}
+	if cfg.Cleanup != nil {
+		if s.cleanup, err = newCleanup(s); err != nil {
+			return nil, fmt.Errorf("kubesource: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -290,6 +307,7 @@ func (s *Source) Stats() Stats {
 	if s.cluster != nil {
 		st.StatusWrites, st.WebhookWrites = s.cluster.statusWrites.Load(), s.cluster.webhookWrites.Load()
 	}
+	st.CleanupRuns, st.CleanupDeleted, st.CleanupWouldDelete, st.CleanupFailures = s.cleanup.stats()
 	return st
 }
 
@@ -311,6 +329,13 @@ func (s *Source) Run(ctx context.Context) error {
 		go func() {
 			defer s.wg.Done()
 			s.cluster.run(ctx)
+		}()
+	}
+	if s.cleanup != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.cleanup.run(ctx)
 		}()
 	}
 	s.waitSynced(ctx)
@@ -407,6 +432,9 @@ func (s *Source) enqueue(gk schema.GroupKind, obj any) {
 	s.poke()
 	if s.cluster != nil && isStatusKind(gk.Group, gk.Kind) {
 		s.cluster.poke()
+	}
+	if s.cleanup != nil && isCleanupKind(gk.Group, gk.Kind) {
+		s.cleanup.poke()
 	}
 }
 
@@ -820,6 +848,9 @@ func (s *Source) committed(c store.Commit, ups []item) {
 	}
 	if s.cluster != nil {
 		s.cluster.poke()
+	}
+	if s.cleanup != nil {
+		s.cleanup.poke()
 	}
 	if c.Unchanged {
 		return

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,11 @@ type kubeOptions struct {
 	webhookExclude    []string
 	webhookNSSelector string
 	webhookAnnotation []string
+
+	// DeletingPolicies (cleanup.go of kubesource).
+	cleanup          bool
+	cleanupDryRun    bool
+	cleanupExcludeNS []string
 }
 
 func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
@@ -67,6 +73,9 @@ func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
 	f.StringVar(&o.webhookCAFile, "kube-webhook-ca-file", "", "--kube-webhooks managed: PEM CA bundle that verifies the shim's certificate, written into the configurations (re-read at every update); without it the caBundle they hold is kept (for a CA injector)")
 	f.StringSliceVar(&o.webhookExclude, "kube-webhook-exclude-namespaces", nil, "--kube-webhooks managed: namespaces no webhook is called for (default kube-system and $POD_NAMESPACE, Arbiter's own, as Kyverno excludes kube-system and its namespace)")
 	f.StringVar(&o.webhookNSSelector, "kube-webhook-namespace-selector", "", "--kube-webhooks managed: a label selector (env=prod,tier!=dev) every webhook's namespaceSelector also requires")
+	f.BoolVar(&o.cleanup, "kube-cleanup", false, "--kube-source: the primary runs the DeletingPolicies and NamespacedDeletingPolicies on their schedule and deletes what they select, as Kyverno's cleanup controller does (off by default: do not run it beside Kyverno's); the policies are stored and listed either way")
+	f.BoolVar(&o.cleanupDryRun, "kube-cleanup-dry-run", false, "--kube-cleanup: delete nothing; log and record (PolicyDryRun Events) what every policy would delete (a policy annotated cleanup.arbiter.dev/dry-run=true runs dry on its own)")
+	f.StringSliceVar(&o.cleanupExcludeNS, "kube-cleanup-exclude-namespaces", kubesource.DefaultCleanupExcludeNamespaces, "--kube-cleanup: namespaces no DeletingPolicy deletes in (Kyverno's default resourceFilters); give an empty value for none")
 	f.StringArrayVar(&o.webhookAnnotation, "kube-webhook-annotation", nil, "--kube-webhooks managed: KEY=VALUE annotation of the configurations (repeatable), e.g. cert-manager.io/inject-ca-from=NS/CERTIFICATE")
 }
 
@@ -140,6 +149,14 @@ func (k *kubeOptions) clusterConfig(src *kubesource.Config) error {
 	return nil
 }
 
+// metricsRegisterer is the server's registry, nil without --metrics-listen.
+func metricsRegisterer(srv *server.Server) prometheus.Registerer {
+	if r := srv.MetricsRegistry(); r != nil {
+		return r
+	}
+	return nil
+}
+
 // parseServiceRef reads NAMESPACE/NAME[:PORT].
 func parseServiceRef(s string) (kubesource.ServiceRef, error) {
 	ns, rest, ok := strings.Cut(s, "/")
@@ -171,6 +188,9 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 		if k.webhooks != "static" || k.reportsUser != "" {
 			return exitWith(exitLoad, "--kube-webhooks and --kube-reports-user apply to --kube-source")
 		}
+		if k.cleanup || k.cleanupDryRun {
+			return exitWith(exitLoad, "--kube-cleanup and --kube-cleanup-dry-run apply to --kube-source")
+		}
 		return nil
 	}
 	switch {
@@ -187,6 +207,20 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 	src := kubesource.Config{Rest: rc, Logger: log, Resync: k.resync}
 	if err := k.clusterConfig(&src); err != nil {
 		return err
+	}
+	switch {
+	case k.cleanup:
+		exclude := []string{}
+		for _, ns := range k.cleanupExcludeNS {
+			if ns != "" {
+				exclude = append(exclude, ns)
+			}
+		}
+		src.Cleanup = &kubesource.CleanupConfig{DryRun: k.cleanupDryRun, ExcludeNamespaces: exclude,
+			Metrics: kubesource.NewCleanupMetrics(metricsRegisterer(srv))}
+		log.Info("DeletingPolicies run by the primary", "dry_run", k.cleanupDryRun, "exclude_namespaces", exclude)
+	case k.cleanupDryRun:
+		return exitWith(exitLoad, "--kube-cleanup-dry-run applies to --kube-cleanup")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -1073,7 +1073,12 @@ func TestKubeSourceRBAC(t *testing.T) {
 		}
 	}
 	read := []string{"get", "list", "watch"}
-	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies", "policyexceptions"}, read, "")
+	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies",
+		"deletingpolicies", "namespaceddeletingpolicies", "policyexceptions"}, read, "")
+	// The cleanup component: lastExecutionTime and the runs' Events (what
+	// the policies delete is aggregated, granted by the cluster).
+	add("policies.kyverno.io", []string{"deletingpolicies/status", "namespaceddeletingpolicies/status"}, []string{"patch"}, "")
+	add("events.k8s.io", []string{"events"}, []string{"create"}, "")
 	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status"}, []string{"update"}, "")
 	add("admissionregistration.k8s.io", []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, read, "")
 	add("", []string{"namespaces"}, read, "")
@@ -1154,6 +1159,69 @@ func TestKustomizeBuildManagedWebhooks(t *testing.T) {
 	for _, r := range []string{"arbiter-kube-source", "arbiter-kube-source-webhooks"} {
 		if !roles[r] {
 			t.Errorf("no ClusterRole %s", r)
+		}
+	}
+}
+
+// TestCleanupRBAC: the cleanup component grants what the runs write, and
+// what they delete only through an aggregated ClusterRole that grants
+// nothing by itself and gathers Arbiter's label and Kyverno's.
+func TestCleanupRBAC(t *testing.T) {
+	m := loadManifests(t)
+	var targets *rbacv1.ClusterRole
+	for _, r := range all[*rbacv1.ClusterRole](m) {
+		if r.Name == "arbiter-kube-source-cleanup-targets" {
+			targets = r
+		}
+	}
+	if targets == nil || targets.AggregationRule == nil || len(targets.Rules) != 0 {
+		t.Fatalf("arbiter-kube-source-cleanup-targets: %+v", targets)
+	}
+	labels := map[string]bool{}
+	for _, s := range targets.AggregationRule.ClusterRoleSelectors {
+		for k := range s.MatchLabels {
+			labels[k] = true
+		}
+	}
+	for _, l := range []string{"arbiter.dev/aggregate-to-cleanup", "rbac.kyverno.io/aggregate-to-cleanup-controller", "app.kubernetes.io/component"} {
+		if !labels[l] {
+			t.Errorf("the cleanup targets do not aggregate %s", l)
+		}
+	}
+	bound := false
+	for _, b := range all[*rbacv1.ClusterRoleBinding](m) {
+		if b.RoleRef.Name == targets.Name && len(b.Subjects) == 1 && b.Subjects[0].Name == "arbiter-server" && b.Subjects[0].Namespace == "arbiter" {
+			bound = true
+		}
+	}
+	if !bound {
+		t.Error("arbiter-kube-source-cleanup-targets is not bound to arbiter-server")
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl not installed: the build of the component is not checked")
+	}
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n  - %s\n",
+		rel, filepath.Join(rel, "kube-source"), filepath.Join(rel, "kube-source", "cleanup"))
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubectl, "kustomize", dir).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v", err)
+	}
+	for _, want := range []string{"name: arbiter-kube-source-cleanup\n", "name: arbiter-kube-source-cleanup-targets\n", "deletingpolicies/status"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the build has no %q", want)
 		}
 	}
 }

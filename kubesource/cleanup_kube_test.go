@@ -23,8 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/internal/k8stest"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/store"
 )
@@ -430,5 +432,83 @@ func TestCleanupStatusKeepsConditions(t *testing.T) {
 	}
 	if msg, _, _ := unstructured.NestedString(got.Object, "status", "conditionStatus", "message"); msg != "kept" {
 		t.Errorf("status %v", got.Object["status"])
+	}
+}
+
+// TestCleanupDeployRBACSuffices: a primary with the rights deploy/ grants
+// the server's account (kube-source and cleanup components, impersonated),
+// plus list and delete on ConfigMaps as a cluster grants them (a
+// ClusterRole labelled for the aggregated cleanup targets, bound directly:
+// run-apiserver has no controller manager to aggregate it), runs a
+// DeletingPolicy with no request refused.
+func TestCleanupDeployRBACSuffices(t *testing.T) {
+	needAPIServer(t)
+	ctx := context.Background()
+	if _, err := kc.Apply(ctx, namespace("arbiter", nil)); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := k8stest.ReadObjects("../deploy/kube-source/rbac.yaml", "../deploy/kube-source/cleanup/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+		"metadata": map[string]any{"name": "arbiter-test-cleanup-configmaps", "labels": map[string]any{"arbiter.dev/aggregate-to-cleanup": "true"}},
+		"rules":    []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"}, "verbs": []any{"list", "delete"}}}}
+	bind := map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": "arbiter-test-cleanup-configmaps"},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "arbiter-test-cleanup-configmaps"},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": "arbiter-server", "namespace": "arbiter"}}}
+	for _, o := range append(objs, grant, bind) {
+		if _, err := kc.Apply(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		remove(t, bind)
+		remove(t, grant)
+	})
+	rc := rest.CopyConfig(apiserver.Config)
+	rc.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:arbiter:arbiter-server",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:arbiter", "system:authenticated"}}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := server.New(ctx, server.Config{DataDir: t.TempDir(), NoSync: true, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	src, err := New(Config{Rest: rc, Logger: log, BatchDelay: 10 * time.Millisecond, Resync: time.Hour, RetryInterval: time.Second,
+		Cleanup: &CleanupConfig{}}, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = src.Run(sctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	}()
+	ns, name := unique("dpol-rbac"), unique("dpol-rbac")
+	apply(t, namespace(ns, nil))
+	apply(t, configMap("gone", ns, true))
+	pol := deletingPolicy(name, "*/2 * * * * * *", ns, "true")
+	t.Cleanup(func() { remove(t, pol) })
+	apply(t, pol)
+	eventually(t, "a run", func() bool { return lastExecution(t, name) != "" })
+	if left := configMaps(t, ns); len(left) != 0 {
+		t.Errorf("left %v", left)
+	}
+	if n := cleanupEvents(t, name)[ReasonCleanupDeleted]["gone"]; n != 1 {
+		t.Errorf("%d PolicyApplied Events", n)
+	}
+	if l := logs.String(); strings.Contains(l, "forbidden") {
+		t.Fatalf("a request was refused:\n%s", l)
 	}
 }

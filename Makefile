@@ -10,7 +10,7 @@ FUZZ_PARSE_EXECS ?= 80000x
 FUZZ_JSON_EXECS  ?= 200000x
 FUZZ_YAML_EXECS  ?= 100000x
 
-.PHONY: all build run test test-short test-k8s bench proto proto-check lint fuzz conformance clean loadtest hostile fuzz-server generate
+.PHONY: all build run test test-short test-k8s bench proto proto-check lint fuzz conformance conformance-e2e clean loadtest hostile fuzz-server generate
 
 all: build
 
@@ -121,6 +121,19 @@ conformance: build
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --kinds ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --kinds ValidatingPolicy,NamespacedValidatingPolicy,MutatingPolicy,PolicyException
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --dir kyverno-cli-more --case test-mutating-policy --case test-context-apicall-mpol --case test-context-configmap-mpol --case test-mutating-admission-policy
+
+# Kyverno's chainsaw tests of the policy library (CHAINSAW_SUITES under
+# ../shared/conformance/kyverno-policies), unchanged, against a real
+# kube-apiserver (K8S_RUN) with Arbiter as its only admission webhook
+# (internal/chainsawe2e); prints "N passed, M failed". About 15 minutes; not
+# part of make test. SHARED=/path/to/shared for a checkout elsewhere.
+SHARED          ?= $(abspath ../shared)
+CHAINSAW_SUITES ?= pod-security-vpol best-practices-vpol
+conformance-e2e: build
+	$(K8S_RUN) --build-only >/dev/null
+	$(GO) run ./internal/chainsawe2e -arbiter $(BIN) -run-apiserver $(K8S_RUN) \
+		-chainsaw "$$($(SHARED)/conformance/build-chainsaw)" \
+		$(addprefix $(SHARED)/conformance/kyverno-policies/,$(CHAINSAW_SUITES))
 
 clean:
 	rm -rf bin

@@ -54,8 +54,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -363,11 +365,51 @@ func installKyvernoBits(ctx context.Context, cs kubernetes.Interface) error {
 	if _, err := cs.CoreV1().ServiceAccounts(kyvernoNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: reportsSA}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
+	if err := aggregateClusterRoles(ctx, cs); err != nil {
+		return err
+	}
 	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: reportsSA + ":view"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: reportsSA, Namespace: kyvernoNS}}}
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
+	}
+	return nil
+}
+
+// aggregateClusterRoles does the clusterrole-aggregation controller's
+// work once: each ClusterRole with an aggregationRule (view, edit, admin)
+// gets the rules of the ClusterRoles its selectors match. The API server
+// creates the bootstrap roles with their aggregationRule but no rules.
+func aggregateClusterRoles(ctx context.Context, cs kubernetes.Interface) error {
+	roles, err := cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, r := range roles.Items {
+		if r.AggregationRule == nil {
+			continue
+		}
+		var rules []rbacv1.PolicyRule
+		for _, sel := range r.AggregationRule.ClusterRoleSelectors {
+			s, err := metav1.LabelSelectorAsSelector(&sel)
+			if err != nil {
+				return fmt.Errorf("ClusterRole %s: %w", r.Name, err)
+			}
+			for _, o := range roles.Items {
+				if o.Name != r.Name && s.Matches(labels.Set(o.Labels)) {
+					for _, rule := range o.Rules {
+						if !slices.ContainsFunc(rules, func(x rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(x, rule) }) {
+							rules = append(rules, rule)
+						}
+					}
+				}
+			}
+		}
+		r.Rules = rules
+		if _, err := cs.RbacV1().ClusterRoles().Update(ctx, &r, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("aggregating ClusterRole %s: %w", r.Name, err)
+		}
 	}
 	return nil
 }
@@ -587,6 +629,13 @@ func runChainsaw(ctx context.Context, o options, kubeconfig string) (passed, fai
 	if err := json.Unmarshal(b, &r); err != nil {
 		return 0, 0, fmt.Errorf("chainsaw's report: %w", err)
 	}
+	// Names relative to the folders' common parent.
+	root := filepath.Dir(filepath.Clean(o.dirs[0]))
+	for _, d := range o.dirs[1:] {
+		for d = filepath.Clean(d); root != "/" && root != "." && !strings.HasPrefix(d, root+string(filepath.Separator)); {
+			root = filepath.Dir(root)
+		}
+	}
 	fmt.Println()
 	for _, t := range r.Tests {
 		var fails []string
@@ -601,7 +650,7 @@ func runChainsaw(ctx context.Context, o options, kubeconfig string) (passed, fai
 		if len(fails) > 0 {
 			result = "FAIL"
 		}
-		rel, err := filepath.Rel(filepath.Dir(filepath.Dir(o.dirs[0])), t.BasePath)
+		rel, err := filepath.Rel(root, t.BasePath)
 		if err != nil {
 			rel = t.BasePath
 		}

@@ -4,7 +4,7 @@
 //
 // It starts run-apiserver (a kube-apiserver and etcd, no controller
 // manager), installs deploy/kube-source/crds, starts `arbiter serve
-// --kube-source --kube-webhooks managed` and the webhook shim (`arbiter
+// --kube-source --kube-webhooks managed --kube-cleanup` and the webhook shim (`arbiter
 // webhook`) with a CA of its own, and runs chainsaw once over the test
 // folders with the configuration upstream runs them with (chainsaw.yaml
 // beside this file: one test at a time, 1m30s timeouts).
@@ -184,7 +184,7 @@ func run(ctx context.Context, o options) (passed, failed int, err error) {
 		"--log-format", "text", "--kube-source", "--kubeconfig", api.Kubeconfig, "--lease-name", "",
 		"--kube-webhooks", "managed", "--kube-webhook-name", webhookName, "--kube-webhook-url", "https://"+shimAddr,
 		"--kube-webhook-ca-file", ca, "--kube-webhook-exclude-namespaces", "kube-system,"+kyvernoNS,
-		"--kube-reports-user", reportsUser)
+		"--kube-reports-user", reportsUser, "--kube-cleanup")
 	if err != nil {
 		return 0, 0, err
 	}

@@ -115,16 +115,14 @@ func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError)
 	if spec.MatchConstraints == nil || len(spec.MatchConstraints.ResourceRules) == 0 {
 		return nil, manifest.Errorf(o, "spec.matchConstraints", "Required value: a matchConstraints with at least one resource rule is required")
 	}
-	switch {
-	case spec.Schedule == "":
+	if spec.Schedule == "" {
 		return nil, manifest.Errorf(o, "spec.schedule", "Required value: schedule is required")
-	default:
-		s, err := ParseSchedule(spec.Schedule)
-		if err != nil {
-			return nil, manifest.Errorf(o, "spec.schedule", "Invalid value: %q: schedule spec in the deletingPolicy is not in proper cron format: %v", spec.Schedule, err)
-		}
-		p.Schedule = s
 	}
+	s, err := ParseSchedule(spec.Schedule)
+	if err != nil {
+		return nil, manifest.Errorf(o, "spec.schedule", "Invalid value: %q: schedule spec in the deletingPolicy is not in proper cron format: %v", spec.Schedule, err)
+	}
+	p.Schedule = s
 	if pp := spec.DeletionPropagationPolicy; pp != nil {
 		switch *pp {
 		case metav1.DeletePropagationForeground, metav1.DeletePropagationBackground, metav1.DeletePropagationOrphan:

@@ -326,8 +326,8 @@ func TestCleanupDryRun(t *testing.T) {
 				}
 				return le != "" && le != first
 			})
+			p.stop() // the source has stopped: no run in flight
 			remove(t, pol)
-			time.Sleep(time.Second) // a run in flight ends
 			if left := configMaps(t, ns); len(left) != 3 {
 				t.Errorf("a dry run deleted: left %v", left)
 			}

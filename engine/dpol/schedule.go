@@ -1,6 +1,7 @@
 package dpol
 
 import (
+	"sync"
 	"time"
 
 	"github.com/aptible/supercronic/cronexpr"
@@ -11,8 +12,12 @@ import (
 // builds with). Five fields are the standard minute, hour, day of month,
 // month and day of week; six add a year; seven start with seconds
 // ("*/10 * * * * * *": every ten seconds); the @yearly, @daily, ...
-// aliases are accepted; fields beyond the seventh are ignored.
+// aliases are accepted; fields beyond the seventh are ignored. A Schedule
+// is safe for concurrent use (a compiled policy is shared by the runs).
 type Schedule struct {
+	// mu guards expr: cronexpr.Expression.Next keeps its work in the
+	// expression.
+	mu   *sync.Mutex
 	expr *cronexpr.Expression
 	text string
 }
@@ -23,7 +28,7 @@ func ParseSchedule(s string) (Schedule, error) {
 	if err != nil {
 		return Schedule{}, err
 	}
-	return Schedule{expr: e, text: s}, nil
+	return Schedule{mu: &sync.Mutex{}, expr: e, text: s}, nil
 }
 
 // String returns the expression as written.
@@ -37,7 +42,9 @@ func (s Schedule) Next(t time.Time) (time.Time, bool) {
 	if s.expr == nil || t.IsZero() {
 		return time.Time{}, false
 	}
+	s.mu.Lock()
 	n := s.expr.Next(t)
+	s.mu.Unlock()
 	return n, !n.IsZero()
 }
 

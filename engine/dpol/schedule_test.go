@@ -1,6 +1,7 @@
 package dpol
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -63,4 +64,31 @@ func TestSchedule(t *testing.T) {
 			t.Errorf("%q parsed", bad)
 		}
 	}
+}
+
+// TestScheduleConcurrent: one Schedule (a compiled policy's) is read by
+// the runs of several workers at once; cronexpr keeps its work in the
+// expression, so each must get its own answer (run with -race).
+func TestScheduleConcurrent(t *testing.T) {
+	s, err := ParseSchedule("*/7 * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := mustTime(t, "2026-06-01T10:00:00Z")
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				from := base.Add(time.Duration(g*200+i) * time.Minute)
+				got, ok := s.Next(from)
+				if !ok || !got.After(from) || got.Minute()%7 != 0 || got.Sub(from) > 7*time.Minute {
+					t.Errorf("Next(%v) = %v %v", from, got, ok)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

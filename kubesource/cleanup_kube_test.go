@@ -358,6 +358,7 @@ func TestCleanupDryRun(t *testing.T) {
 // rest: every ConfigMap is deleted, logged and evented exactly once across
 // both primaries, in that one run.
 func TestCleanupPrimaryStopsMidRun(t *testing.T) {
+	needAPIServer(t)
 	ns, name := unique("dpol-mid"), unique("dpol-mid")
 	apply(t, namespace(ns, nil))
 	const n = 40

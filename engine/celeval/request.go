@@ -130,7 +130,7 @@ func (rq *Request) SetObject(obj map[string]any) {
 	if sameMap(obj, rq.current) {
 		return
 	}
-	rq.setObject(obj, nil)
+	rq.setObject(obj, nil, nil)
 }
 
 // SetObjectSized is SetObject with an upper bound of the sizes of obj
@@ -140,12 +140,22 @@ func (rq *Request) SetObjectSized(obj map[string]any, sizes manifest.Sizes) {
 	if sameMap(obj, rq.current) {
 		return
 	}
-	rq.setObject(obj, &sizes)
+	rq.setObject(obj, &sizes, nil)
 }
 
-func (rq *Request) setObject(obj map[string]any, sizes *manifest.Sizes) {
+// setObject makes obj current, with val its conversion (nil: to be made).
+func (rq *Request) setObject(obj map[string]any, sizes *manifest.Sizes, val any) {
 	rq.current = obj
-	rq.object = toVal(obj)
+	switch prev, ok := rq.object.(*jsonval.Map); {
+	case val != nil:
+		rq.object = val
+	case ok && obj != nil:
+		// A mutation's result shares what it did not change with the
+		// object before it: so do their conversions.
+		rq.object = prev.Derive(obj)
+	default:
+		rq.object = toVal(obj)
+	}
 	rq.memo = nil
 	rq.sizeLevel = -2
 	if sameMap(obj, rq.req.Object) {
@@ -155,22 +165,27 @@ func (rq *Request) setObject(obj map[string]any, sizes *manifest.Sizes) {
 	}
 }
 
-// ObjectMark is the current object with what is known of its sizes, to
-// return to (a policy that errs leaves the object as it found it).
+// ObjectMark is the current object with what is known of its sizes and
+// its conversion, to return to (a policy that errs leaves the object as it
+// found it).
 type ObjectMark struct {
 	obj   map[string]any
 	sizes *manifest.Sizes
+	val   any
 }
 
+// Object returns the marked object.
+func (m ObjectMark) Object() map[string]any { return m.obj }
+
 // Mark returns the current object, to Restore later.
-func (rq *Request) Mark() ObjectMark { return ObjectMark{rq.current, rq.curSizes} }
+func (rq *Request) Mark() ObjectMark { return ObjectMark{rq.current, rq.curSizes, rq.object} }
 
 // Restore makes a marked object current again.
 func (rq *Request) Restore(m ObjectMark) {
 	if sameMap(m.obj, rq.current) {
 		return
 	}
-	rq.setObject(m.obj, m.sizes)
+	rq.setObject(m.obj, m.sizes, m.val)
 }
 
 // ObjectSizes returns an upper bound of the sizes of the current object.
@@ -206,6 +221,13 @@ func (rq *Request) Continue(req *admission.Request) *Request {
 	next := NewRequest(rq.ctx, req, cfg)
 	next.now = rq.now
 	next.cost = rq.cost
+	// The conversions of the objects made so far are the next request's.
+	if sameMap(req.Object, rq.current) {
+		next.object = rq.object
+	}
+	if sameMap(req.OldObject, rq.req.OldObject) {
+		next.oldObject = rq.oldObject
+	}
 	return next
 }
 

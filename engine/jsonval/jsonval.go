@@ -6,12 +6,19 @@
 // object instead of re-wrapping every field they touch. Values are not safe
 // for concurrent use: build one per request. Map iteration is in sorted key
 // order, so two replicas evaluating the same object iterate it alike.
+//
+// A mutation's result shares the subtrees it did not change with the object
+// it was made from: Map.Derive wraps it so that those subtrees' conversions
+// are taken over from the previous object's wrapper, not made again. The
+// data must not change in place while it is wrapped (a container is taken
+// over by identity).
 package jsonval
 
 import (
 	"fmt"
 	"reflect"
 	"sort"
+	"unsafe"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -47,7 +54,15 @@ type Map struct {
 	// cache holds the converted maps and lists accessed so far (a small
 	// slice: policies touch few fields of any one object).
 	cache []entry
+	// pred is the wrapper of the object this one was derived from (nil:
+	// none), whose conversions of the values this one shares are taken over;
+	// depth is the length of the chain of preds.
+	pred  *Map
+	depth uint8
 }
+
+// maxDepth bounds the chains of wrappers a conversion is looked up in.
+const maxDepth = 8
 
 type entry struct {
 	key string
@@ -62,22 +77,107 @@ var (
 // NewMap wraps m.
 func NewMap(m map[string]any) *Map { return &Map{m: m} }
 
-func (m *Map) get(k string) (ref.Val, bool) {
+// Derive returns the wrapper of n, an object made from m's (a mutation's
+// result): the conversions of the values n shares with m's object (the same
+// containers, equal scalars) are m's, the containers that replace m's at the
+// same place are derived from theirs in turn. Neither object may change in
+// place while wrapped.
+func (m *Map) Derive(n map[string]any) *Map {
+	if sameMap(m.m, n) {
+		return m
+	}
+	// Skip the wrappers nothing was converted in.
+	p := m
+	for p != nil && len(p.cache) == 0 {
+		p = p.pred
+	}
+	if p == nil {
+		return &Map{m: n}
+	}
+	if p.depth >= maxDepth {
+		return &Map{m: n, pred: p}
+	}
+	return &Map{m: n, pred: p, depth: p.depth + 1}
+}
+
+func (m *Map) cached(k string) (ref.Val, bool) {
 	for i := range m.cache {
 		if m.cache[i].key == k {
 			return m.cache[i].val, true
 		}
 	}
+	return nil, false
+}
+
+func (m *Map) get(k string) (ref.Val, bool) {
+	if v, ok := m.cached(k); ok {
+		return v, true
+	}
 	raw, ok := m.m[k]
 	if !ok {
 		return nil, false
 	}
-	v := Of(raw)
+	var v ref.Val
+	// The nearest earlier wrapper that converted k.
+	for p, n := m.pred, 0; p != nil && n < maxDepth; p, n = p.pred, n+1 {
+		if pv, ok := p.cached(k); ok {
+			v = takeOver(pv, raw)
+			break
+		}
+	}
+	if v == nil {
+		v = Of(raw)
+	}
 	if m.cache == nil {
 		m.cache = make([]entry, 0, 4)
 	}
 	m.cache = append(m.cache, entry{key: k, val: v})
 	return v, true
+}
+
+// takeOver returns the conversion of raw from prev, the conversion of the
+// value at the same place in an earlier object: prev itself when it
+// converts raw (the same container, an equal scalar); for a container in
+// place of one of the same type, a wrapper derived from prev's; nil
+// otherwise.
+func takeOver(prev ref.Val, raw any) ref.Val {
+	switch t := raw.(type) {
+	case map[string]any:
+		if pm, ok := prev.(*Map); ok && t != nil {
+			if sameMap(pm.m, t) {
+				return pm
+			}
+			return pm.Derive(t)
+		}
+	case []any:
+		if pl, ok := prev.(*List); ok && t != nil {
+			if sameList(pl.l, t) {
+				return pl
+			}
+			return pl.derive(t)
+		}
+	case string:
+		if ps, ok := prev.(types.String); ok && string(ps) == t {
+			return ps
+		}
+	case int64:
+		if pi, ok := prev.(types.Int); ok && int64(pi) == t {
+			return pi
+		}
+	case float64:
+		if pd, ok := prev.(types.Double); ok && float64(pd) == t {
+			return pd
+		}
+	}
+	return nil
+}
+
+func sameMap(a, b map[string]any) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
+}
+
+func sameList(a, b []any) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // Find implements traits.Mapper.
@@ -176,6 +276,24 @@ func (m *Map) String() string { return fmt.Sprint(m.m) }
 type List struct {
 	l     []any
 	cache []ref.Val
+	// pred and depth are as a Map's.
+	pred  *List
+	depth uint8
+}
+
+// derive is Map.Derive for a list.
+func (l *List) derive(n []any) *List {
+	p := l
+	for p != nil && p.cache == nil {
+		p = p.pred
+	}
+	if p == nil {
+		return &List{l: n}
+	}
+	if p.depth >= maxDepth {
+		return &List{l: n, pred: p}
+	}
+	return &List{l: n, pred: p, depth: p.depth + 1}
 }
 
 func (l *List) at(i int) ref.Val {
@@ -185,7 +303,17 @@ func (l *List) at(i int) ref.Val {
 	if v := l.cache[i]; v != nil {
 		return v
 	}
-	v := Of(l.l[i])
+	raw := l.l[i]
+	var v ref.Val
+	for p, n := l.pred, 0; p != nil && n < maxDepth; p, n = p.pred, n+1 {
+		if i < len(p.cache) && p.cache[i] != nil {
+			v = takeOver(p.cache[i], raw)
+			break
+		}
+	}
+	if v == nil {
+		v = Of(raw)
+	}
 	l.cache[i] = v
 	return v
 }

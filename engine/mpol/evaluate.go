@@ -3,6 +3,7 @@ package mpol
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -96,17 +97,18 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 				}
 				rq.Note(p.Key(), v.config, outcome.PhaseMatch, "", what)
 			}
-			var mutated map[string]any
-			var sizes manifest.Sizes
-			r, mutated, sizes = s.evalVariant(rq, e, v, v.matchConditions)
-			if mutated != nil {
+			var after celeval.ObjectMark
+			var mutated bool
+			r, after, mutated = s.evalVariant(rq, e, v, v.matchConditions)
+			if mutated {
+				mutated := after.Object()
 				if background {
 					if r.Result == outcome.Pass && !patch.Equal(mutated, original) {
 						r.Result, r.Message = outcome.Fail, messageNotApplied
 					}
 				} else {
 					r.Mutated = !patch.Equal(mutated, rq.Object())
-					rq.SetObjectSized(mutated, sizes)
+					rq.Restore(after)
 				}
 			}
 		}
@@ -132,45 +134,48 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 // so far: exceptions, conditions (the matchConditions, or a target's
 // targetMatchConditions), the mutations in order (each on the previous
 // one's result), audit annotations. It returns the result and the mutated
-// object (nil when the policy did not apply its mutations: skip,
-// exemption, error).
-func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program) (outcome.Result, map[string]any, manifest.Sizes) {
+// object, as a mark to restore, and whether there is one (not when the
+// policy did not apply its mutations: skip, exemption, error); the
+// request's object is the one the policy found.
+func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program) (outcome.Result, celeval.ObjectMark, bool) {
 	p := v.policy
 	mode := rq.Attributes().Mode
 	if err := rq.Stopped(); err != nil {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, err.Error()+"; the policy was not evaluated", nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil, manifest.Sizes{}
+		return r, celeval.ObjectMark{}, false
 	}
 	if rq.BudgetSpent() {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", rq.Budget(), rq.Cost()), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil, manifest.Sizes{}
+		return r, celeval.ObjectMark{}, false
 	}
 	before := rq.Mark()
 	type ret struct {
-		r     outcome.Result
-		obj   map[string]any
-		sizes manifest.Sizes
+		r       outcome.Result
+		after   celeval.ObjectMark
+		mutated bool
 	}
 	o := celeval.Run(rq, &v.scope, func(st *celeval.State) ret {
 		// Each run starts from the object the policy found (a rerun with
 		// exact cost tracking discards the first run's mutations).
 		rq.Restore(before)
-		r, obj, sizes := s.evalVariantOnce(rq, e, v, conds, st)
-		return ret{r, obj, sizes}
+		r, ok := s.evalVariantOnce(rq, e, v, conds, st)
+		return ret{r, rq.Mark(), ok}
 	})
 	rq.Restore(before)
-	return o.r, o.obj, o.sizes
+	return o.r, o.after, o.mutated
 }
 
-func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program, st *celeval.State) (outcome.Result, map[string]any, manifest.Sizes) {
+// evalVariantOnce evaluates the policy; it reports whether it applied its
+// mutations (the request's object is then their result).
+func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program, st *celeval.State) (outcome.Result, bool) {
 	p := v.policy
 	mode := rq.Attributes().Mode
-	fail := func(err error) (outcome.Result, map[string]any, manifest.Sizes) {
+	fail := func(err error) (outcome.Result, bool) {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, evaluationFailed+err.Error(), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil, manifest.Sizes{}
+		return r, false
 	}
 	ver := e.bound.Evaluate(st, p.Namespaced(), admissionregistrationv1.Fail, exception.ErrorStops)
 	if ver.Err != nil {
@@ -180,7 +185,7 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 		res, msg, props, keys := exception.Exemption(ver.Granted)
 		r := result(mode, p, outcome.RuleException, res, msg, props)
 		r.Cause, r.Granted = outcome.CauseException, keys
-		return r, nil, manifest.Sizes{}
+		return r, false
 	}
 	st.SetExceptions(ver.AllowedImages, ver.AllowedValues)
 	st.Label(outcome.PhaseMatchCondition, "", "")
@@ -191,7 +196,7 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 	if !matched {
 		r := result(mode, p, "", outcome.Skip, messageSkip, nil)
 		r.Cause = outcome.CauseMatchConditions
-		return r, nil, manifest.Sizes{}
+		return r, false
 	}
 	start := rq.Object()
 	obj := start
@@ -220,7 +225,7 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 	if err != nil {
 		return fail(err)
 	}
-	return result(mode, p, "", outcome.Pass, messageSuccess, annotations), obj, rq.ObjectSizes()
+	return result(mode, p, "", outcome.Pass, messageSuccess, annotations), true
 }
 
 func auditAnnotations(st *celeval.State, v *variant) (map[string]string, error) {
@@ -249,6 +254,9 @@ func auditAnnotations(st *celeval.State, v *variant) (map[string]string, error) 
 // apiVersion, kind, name, namespace or uid changed (a patch may not turn
 // the admitted object into another one).
 func checkIdentity(before, after map[string]any) error {
+	if sameMap(before, after) {
+		return nil
+	}
 	str := func(m map[string]any, path ...string) string {
 		var cur any = m
 		for _, k := range path {
@@ -297,6 +305,10 @@ func applyJSONPatch(obj map[string]any, val ref.Val, prev manifest.Sizes) (map[s
 	return out, sizes, nil
 }
 
+func sameMap(a, b map[string]any) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
 func cutLast(path string) (parent, last string, ok bool) {
 	i := strings.LastIndexByte(path, '/')
 	if i < 0 {
@@ -310,8 +322,13 @@ func cutLast(path string) (parent, last string, ok bool) {
 func containerLen(obj map[string]any, pointer string) (uint64, bool) {
 	var cur any = obj
 	if pointer != "" {
-		for _, tok := range strings.Split(pointer[strings.IndexByte(pointer, '/')+1:], "/") {
-			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		rest := pointer[strings.IndexByte(pointer, '/')+1:]
+		for more := true; more; {
+			var tok string
+			tok, rest, more = strings.Cut(rest, "/")
+			if strings.IndexByte(tok, '~') >= 0 {
+				tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+			}
 			switch c := cur.(type) {
 			case map[string]any:
 				cur = c[tok]

@@ -10,8 +10,8 @@
 // A mutation's result shares the subtrees it did not change with the object
 // it was made from: Map.Derive wraps it so that those subtrees' conversions
 // are taken over from the previous object's wrapper, not made again. The
-// data must not change in place while it is wrapped (a container is taken
-// over by identity).
+// data must not change in place while it is wrapped (a container's
+// conversion is taken over by identity).
 package jsonval
 
 import (
@@ -54,15 +54,7 @@ type Map struct {
 	// cache holds the converted maps and lists accessed so far (a small
 	// slice: policies touch few fields of any one object).
 	cache []entry
-	// pred is the wrapper of the object this one was derived from (nil:
-	// none), whose conversions of the values this one shares are taken over;
-	// depth is the length of the chain of preds.
-	pred  *Map
-	depth uint8
 }
-
-// maxDepth bounds the chains of wrappers a conversion is looked up in.
-const maxDepth = 8
 
 type entry struct {
 	key string
@@ -78,56 +70,44 @@ var (
 func NewMap(m map[string]any) *Map { return &Map{m: m} }
 
 // Derive returns the wrapper of n, an object made from m's (a mutation's
-// result): the conversions of the values n shares with m's object (the same
-// containers, equal scalars) are m's, the containers that replace m's at the
-// same place are derived from theirs in turn. Neither object may change in
-// place while wrapped.
+// result): it starts with the conversions m made of the values n shares
+// with m's object (the same containers, equal scalars), and of the
+// containers that replace m's at the same place, wrappers derived from
+// theirs in turn. Neither object may change in place while wrapped.
 func (m *Map) Derive(n map[string]any) *Map {
 	if sameMap(m.m, n) {
 		return m
 	}
-	// Skip the wrappers nothing was converted in.
-	p := m
-	for p != nil && len(p.cache) == 0 {
-		p = p.pred
+	d := &Map{m: n}
+	if len(m.cache) == 0 {
+		return d
 	}
-	if p == nil {
-		return &Map{m: n}
+	for _, e := range m.cache {
+		raw, ok := n[e.key]
+		if !ok {
+			continue
+		}
+		if v := takeOver(e.val, raw); v != nil {
+			if d.cache == nil {
+				d.cache = make([]entry, 0, max(4, len(m.cache)))
+			}
+			d.cache = append(d.cache, entry{key: e.key, val: v})
+		}
 	}
-	if p.depth >= maxDepth {
-		return &Map{m: n, pred: p}
-	}
-	return &Map{m: n, pred: p, depth: p.depth + 1}
+	return d
 }
 
-func (m *Map) cached(k string) (ref.Val, bool) {
+func (m *Map) get(k string) (ref.Val, bool) {
 	for i := range m.cache {
 		if m.cache[i].key == k {
 			return m.cache[i].val, true
 		}
 	}
-	return nil, false
-}
-
-func (m *Map) get(k string) (ref.Val, bool) {
-	if v, ok := m.cached(k); ok {
-		return v, true
-	}
 	raw, ok := m.m[k]
 	if !ok {
 		return nil, false
 	}
-	var v ref.Val
-	// The nearest earlier wrapper that converted k.
-	for p, n := m.pred, 0; p != nil && n < maxDepth; p, n = p.pred, n+1 {
-		if pv, ok := p.cached(k); ok {
-			v = takeOver(pv, raw)
-			break
-		}
-	}
-	if v == nil {
-		v = Of(raw)
-	}
+	v := Of(raw)
 	if m.cache == nil {
 		m.cache = make([]entry, 0, 4)
 	}
@@ -144,16 +124,10 @@ func takeOver(prev ref.Val, raw any) ref.Val {
 	switch t := raw.(type) {
 	case map[string]any:
 		if pm, ok := prev.(*Map); ok && t != nil {
-			if sameMap(pm.m, t) {
-				return pm
-			}
 			return pm.Derive(t)
 		}
 	case []any:
 		if pl, ok := prev.(*List); ok && t != nil {
-			if sameList(pl.l, t) {
-				return pl
-			}
 			return pl.derive(t)
 		}
 	case string:
@@ -167,6 +141,10 @@ func takeOver(prev ref.Val, raw any) ref.Val {
 	case float64:
 		if pd, ok := prev.(types.Double); ok && float64(pd) == t {
 			return pd
+		}
+	case bool:
+		if pb, ok := prev.(types.Bool); ok && bool(pb) == t {
+			return pb
 		}
 	}
 	return nil
@@ -276,24 +254,29 @@ func (m *Map) String() string { return fmt.Sprint(m.m) }
 type List struct {
 	l     []any
 	cache []ref.Val
-	// pred and depth are as a Map's.
-	pred  *List
-	depth uint8
 }
 
 // derive is Map.Derive for a list.
 func (l *List) derive(n []any) *List {
-	p := l
-	for p != nil && p.cache == nil {
-		p = p.pred
+	if sameList(l.l, n) {
+		return l
 	}
-	if p == nil {
-		return &List{l: n}
+	d := &List{l: n}
+	if l.cache == nil {
+		return d
 	}
-	if p.depth >= maxDepth {
-		return &List{l: n, pred: p}
+	for i, v := range l.cache[:min(len(l.cache), len(n))] {
+		if v == nil {
+			continue
+		}
+		if w := takeOver(v, n[i]); w != nil {
+			if d.cache == nil {
+				d.cache = make([]ref.Val, len(n))
+			}
+			d.cache[i] = w
+		}
 	}
-	return &List{l: n, pred: p, depth: p.depth + 1}
+	return d
 }
 
 func (l *List) at(i int) ref.Val {
@@ -303,17 +286,7 @@ func (l *List) at(i int) ref.Val {
 	if v := l.cache[i]; v != nil {
 		return v
 	}
-	raw := l.l[i]
-	var v ref.Val
-	for p, n := l.pred, 0; p != nil && n < maxDepth; p, n = p.pred, n+1 {
-		if i < len(p.cache) && p.cache[i] != nil {
-			v = takeOver(p.cache[i], raw)
-			break
-		}
-	}
-	if v == nil {
-		v = Of(raw)
-	}
+	v := Of(l.l[i])
 	l.cache[i] = v
 	return v
 }

@@ -78,21 +78,33 @@ func (o Options) ApplyJSONPatch(obj map[string]any, ops []Op) (map[string]any, e
 // policies of one admission request do, each patch with ApplyJSONPatch's
 // semantics on the object the patches before it left. Unlike a chain of
 // ApplyJSONPatch calls, it copies a container of the object once for all
-// the patches, not once per patch. A patch whose test fails, or that fails,
-// leaves the object as it was (its changes are undone).
+// the patches, not once per patch, and changes it in place afterwards. A
+// patch whose test fails, or that fails, leaves the object as it was (its
+// changes are undone); a Savepoint marks the object to roll back to, or to
+// compare with, across several patches.
 //
-// The object it starts from and the operations' values are never modified.
-// The object Object returns is the Patcher's own: it changes with the next
-// Apply. A Patcher is not safe for concurrent use.
+// The object it starts from and the operations' values are never modified
+// (the values are read as they are when Apply starts). The object Object
+// returns is the Patcher's own: it changes with the next Apply. A Patcher is
+// not safe for concurrent use.
 type Patcher struct {
 	a applier
+	// held says a Savepoint is held: the journal is kept across patches.
+	held bool
 }
 
 // NewPatcher returns a Patcher starting from obj.
 func NewPatcher(obj map[string]any, o Options) *Patcher {
-	p := &Patcher{a: applier{limit: o.MaxCopyBytes}}
-	p.SetObject(obj)
+	p := &Patcher{}
+	p.Reset(obj, o)
 	return p
+}
+
+// Reset makes p a Patcher starting from obj, as NewPatcher does, reusing
+// its memory.
+func (p *Patcher) Reset(obj map[string]any, o Options) {
+	p.a.limit = o.MaxCopyBytes
+	p.SetObject(obj)
 }
 
 // Object returns the object as the patches applied so far left it.
@@ -103,15 +115,24 @@ func (p *Patcher) Object() map[string]any {
 
 // SetObject makes obj the object the next patches apply to (the result of
 // a mutation made otherwise, say). obj is never modified; the Patcher owns
-// none of its containers.
+// none of its containers. Savepoints taken before are no longer valid.
 func (p *Patcher) SetObject(obj map[string]any) {
-	p.a.owned = ownedSet{}
+	p.a.owned.reset()
 	p.a.gen = 0
+	p.a.journal = p.a.journal[:0]
+	p.held = false
 	if obj == nil {
 		p.a.root = rawNull{}
 	} else {
 		p.a.root = obj
 	}
+}
+
+// Owns says whether c is a map or slice of the object that the Patcher
+// made, which later patches change in place; the object's other containers
+// never change.
+func (p *Patcher) Owns(c any) bool {
+	return p.a.owned.has(identity(c))
 }
 
 // Apply applies one patch. It reports whether the patch changed the object:
@@ -124,14 +145,49 @@ func (p *Patcher) Apply(ops []Op) (bool, error) {
 	}
 	a := &p.a
 	a.gen++
-	a.journal = a.journal[:0]
-	a.shared = a.owned.n > 0
+	if !p.held {
+		a.journal = a.journal[:0]
+	}
+	start := len(a.journal)
+	if a.owned.n > 0 {
+		// The values are read as they are now: one that holds a container
+		// of the object is copied before the patch changes it in place.
+		ops = a.detachValues(ops)
+	}
 	root := a.root
 	err := a.run(ops)
 	if err == nil {
 		return true, nil
 	}
-	for i := len(a.journal) - 1; i >= 0; i-- {
+	a.undo(start)
+	a.root = root
+	if err == errTestFailed {
+		return false, nil
+	}
+	return false, err
+}
+
+// detachValues returns ops, or a copy of them whose values hold none of
+// the containers the Patcher made.
+func (a *applier) detachValues(ops []Op) []Op {
+	var out []Op
+	for i := range ops {
+		if d, changed := a.detached(ops[i].Value); changed {
+			if out == nil {
+				out = append([]Op(nil), ops...)
+			}
+			out[i].Value = d
+		}
+	}
+	if out == nil {
+		return ops
+	}
+	return out
+}
+
+// undo undoes the changes journaled from start on, last first.
+func (a *applier) undo(start int) {
+	for i := len(a.journal) - 1; i >= start; i-- {
 		u := &a.journal[i]
 		switch {
 		case u.m != nil && u.existed:
@@ -142,12 +198,138 @@ func (p *Patcher) Apply(ops []Op) (bool, error) {
 			u.s[u.i] = u.old
 		}
 	}
-	a.journal = a.journal[:0]
-	a.root = root
-	if err == errTestFailed {
-		return false, nil
+	clear(a.journal[start:])
+	a.journal = a.journal[:start]
+}
+
+// A Savepoint is the object of a Patcher at one time, to roll back to or
+// compare with while it is held (until Release).
+type Savepoint struct {
+	root    any
+	journal int
+	gen     uint32
+}
+
+// Savepoint returns the object as it is now, and holds it: the Patcher
+// keeps what it needs to roll back to it until Release.
+func (p *Patcher) Savepoint() Savepoint {
+	p.held = true
+	return Savepoint{root: p.a.root, journal: len(p.a.journal), gen: p.a.gen}
+}
+
+// Rollback undoes the patches applied since sp: the object is as it was
+// then (its containers hold what they held then).
+func (p *Patcher) Rollback(sp Savepoint) {
+	p.a.undo(sp.journal)
+	p.a.root = sp.root
+}
+
+// Release lets go of the Savepoints held: none may be used afterwards.
+func (p *Patcher) Release() {
+	clear(p.a.journal)
+	p.a.journal = p.a.journal[:0]
+	p.held = false
+}
+
+// Changed says whether the object differs from what it was at sp, as Equal
+// compares them.
+func (p *Patcher) Changed(sp Savepoint) bool {
+	a := &p.a
+	j := a.journal[sp.journal:]
+	if len(j) == 0 && sameNode(sp.root, a.root) {
+		return false
 	}
-	return false, err
+	return !a.eqBefore(sp.gen, j, sp.root, a.root)
+}
+
+// sameNode says whether a and b are the same container.
+func sameNode(a, b any) bool {
+	ia, ib := identity(a), identity(b)
+	return ia != nil && ia == ib
+}
+
+// eqBefore compares b as it was at the savepoint of generation gen, the
+// changes since being journaled in j, with x as it is now. The containers
+// that existed then and that the Patcher had made may have changed in
+// place since: their entries then are the first journaled for them, or
+// their entries now; every other container is as it was.
+func (a *applier) eqBefore(gen uint32, j []undo, b, x any) bool {
+	if g, ok := a.owned.gen(identity(b)); !ok || g > gen {
+		return Equal(b, x)
+	}
+	switch bt := b.(type) {
+	case map[string]any:
+		xt, ok := x.(map[string]any)
+		if !ok || xt == nil {
+			return false
+		}
+		n := 0
+		for k, v := range bt {
+			if u := firstKey(j, bt, k); u != nil {
+				if !u.existed {
+					continue
+				}
+				v = u.old
+			}
+			n++
+			xv, ok := xt[k]
+			if !ok || !a.eqBefore(gen, j, v, xv) {
+				return false
+			}
+		}
+		for i := range j {
+			u := &j[i]
+			if u.m == nil || !sameMap(u.m, bt) || !u.existed {
+				continue
+			}
+			if _, now := bt[u.k]; now || firstKey(j, bt, u.k) != u {
+				continue
+			}
+			// Removed since.
+			n++
+			xv, ok := xt[u.k]
+			if !ok || !a.eqBefore(gen, j, u.old, xv) {
+				return false
+			}
+		}
+		return n == len(xt)
+	case []any:
+		xt, ok := x.([]any)
+		if !ok || xt == nil || len(xt) != len(bt) {
+			return false
+		}
+		for i, v := range bt {
+			if u := firstIndex(j, bt, i); u != nil {
+				v = u.old
+			}
+			if !a.eqBefore(gen, j, v, xt[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return Equal(b, x)
+}
+
+// firstKey returns the first change of m's key k journaled in j, or nil.
+func firstKey(j []undo, m map[string]any, k string) *undo {
+	for i := range j {
+		if u := &j[i]; u.m != nil && u.k == k && sameMap(u.m, m) {
+			return u
+		}
+	}
+	return nil
+}
+
+// firstIndex returns the first change of s's element i journaled in j, or
+// nil.
+func firstIndex(j []undo, s []any, i int) *undo {
+	for n := range j {
+		if u := &j[n]; u.m == nil && u.i == i && identity(u.s) == identity(s) {
+			return u
+		}
+	}
+	return nil
 }
 
 // run applies ops to a.root: nil with the patched object at a.root, or
@@ -230,7 +412,6 @@ type applier struct {
 	gen     uint32 // the patch being applied
 	journal []undo
 	nulls   bool // a rawNull was stored by this patch
-	shared  bool // containers made by earlier patches may be reached from values
 	limit   int64
 	copied  int64
 	buf     []byte
@@ -284,6 +465,12 @@ func (s *ownedSet) gen(p unsafe.Pointer) (uint32, bool) {
 	}
 	g, ok := s.big[p]
 	return g, ok
+}
+
+func (s *ownedSet) reset() {
+	clear(s.small[:s.n])
+	s.n = 0
+	s.big = nil
 }
 
 func (s *ownedSet) has(p unsafe.Pointer) bool {
@@ -403,24 +590,15 @@ func (a *applier) value(op *Op) any {
 		if _, ok := op.Value.(NoValue); ok {
 			return nil
 		}
-		return op.Value
 	}
-	return a.detach(op.Value)
+	return op.Value
 }
 
-// detach returns v, or a copy of v where it reaches a container made by an
-// earlier patch of a Patcher: a value computed from the Patcher's object may
-// hold its containers, which must not be reachable twice. The containers of
-// the document that the applier did not make never hold one it made, as
-// values are detached.
-func (a *applier) detach(v any) any {
-	if !a.shared {
-		return v
-	}
-	d, _ := a.detached(v)
-	return d
-}
-
+// detached returns v, or a copy of v where it reaches a container made by
+// a Patcher (reporting whether it copied): a value computed from the
+// Patcher's object may hold its containers, which must not be reachable
+// twice. The containers of the document that the applier did not make
+// never hold one it made, as values are detached.
 func (a *applier) detached(v any) (any, bool) {
 	switch t := v.(type) {
 	case map[string]any:
@@ -755,7 +933,7 @@ func (a *applier) replaceOp(op *Op) error {
 	if op.Path == "" {
 		switch kindOf(op.Value) {
 		case kMap, kArray:
-			a.root = a.detach(op.Value)
+			a.root = op.Value
 		case kNull:
 			a.root = rawNull{}
 		default:

@@ -74,8 +74,9 @@ type Request struct {
 	// sizeLevel is the size level of the inputs (-2: not computed yet).
 	sizeLevel int
 	// curSizes bound the sizes of the current object when it is not the
-	// request's (nil: not known yet); inputs those of the request's inputs.
-	curSizes    *manifest.Sizes
+	// request's (when curKnown); inputs those of the request's inputs.
+	curSizes    manifest.Sizes
+	curKnown    bool
 	inputs      manifest.Sizes
 	inputsKnown bool
 	// cost is the CEL cost of the policies evaluated so far.
@@ -130,7 +131,7 @@ func (rq *Request) SetObject(obj map[string]any) {
 	if sameMap(obj, rq.current) {
 		return
 	}
-	rq.setObject(obj, nil, nil)
+	rq.setObject(obj, manifest.Sizes{}, false, nil)
 }
 
 // SetObjectSized is SetObject with an upper bound of the sizes of obj
@@ -140,11 +141,49 @@ func (rq *Request) SetObjectSized(obj map[string]any, sizes manifest.Sizes) {
 	if sameMap(obj, rq.current) {
 		return
 	}
-	rq.setObject(obj, &sizes, nil)
+	rq.setObject(obj, sizes, true, nil)
+}
+
+// SetObjectChanged makes obj the object the next evaluations read, after a
+// change in place of the containers of the current object that
+// owner owns (a patch.Patcher), which obj may be; sizes bound its sizes.
+// What was memoized of the object is dropped, and what was converted of
+// the containers that changed.
+func (rq *Request) SetObjectChanged(obj map[string]any, sizes manifest.Sizes, owner jsonval.Owner) {
+	if sameMap(obj, rq.current) {
+		rq.changed(sizes, true)
+	} else {
+		rq.setObject(obj, sizes, true, nil)
+	}
+	if w, ok := rq.object.(*jsonval.Map); ok {
+		w.Refresh(owner)
+	}
+}
+
+// Rewind makes a marked object current again after the containers owner
+// owns (a patch.Patcher) were changed back in place to what they held when
+// it was marked.
+func (rq *Request) Rewind(m ObjectMark, owner jsonval.Owner) {
+	if sameMap(m.obj, rq.current) {
+		rq.object = m.val
+		rq.changed(m.sizes, m.known)
+	} else {
+		rq.setObject(m.obj, m.sizes, m.known, m.val)
+	}
+	if w, ok := rq.object.(*jsonval.Map); ok {
+		w.Refresh(owner)
+	}
+}
+
+// changed drops what was memoized and measured of the current object.
+func (rq *Request) changed(sizes manifest.Sizes, known bool) {
+	rq.memo = nil
+	rq.sizeLevel = -2
+	rq.curSizes, rq.curKnown = sizes, known && !sameMap(rq.current, rq.req.Object)
 }
 
 // setObject makes obj current, with val its conversion (nil: to be made).
-func (rq *Request) setObject(obj map[string]any, sizes *manifest.Sizes, val any) {
+func (rq *Request) setObject(obj map[string]any, sizes manifest.Sizes, known bool, val any) {
 	rq.current = obj
 	switch prev, ok := rq.object.(*jsonval.Map); {
 	case val != nil:
@@ -156,13 +195,7 @@ func (rq *Request) setObject(obj map[string]any, sizes *manifest.Sizes, val any)
 	default:
 		rq.object = toVal(obj)
 	}
-	rq.memo = nil
-	rq.sizeLevel = -2
-	if sameMap(obj, rq.req.Object) {
-		rq.curSizes = nil
-	} else {
-		rq.curSizes = sizes
-	}
+	rq.changed(sizes, known)
 }
 
 // ObjectMark is the current object with what is known of its sizes and
@@ -170,7 +203,8 @@ func (rq *Request) setObject(obj map[string]any, sizes *manifest.Sizes, val any)
 // found it).
 type ObjectMark struct {
 	obj   map[string]any
-	sizes *manifest.Sizes
+	sizes manifest.Sizes
+	known bool
 	val   any
 }
 
@@ -178,14 +212,16 @@ type ObjectMark struct {
 func (m ObjectMark) Object() map[string]any { return m.obj }
 
 // Mark returns the current object, to Restore later.
-func (rq *Request) Mark() ObjectMark { return ObjectMark{rq.current, rq.curSizes, rq.object} }
+func (rq *Request) Mark() ObjectMark {
+	return ObjectMark{obj: rq.current, sizes: rq.curSizes, known: rq.curKnown, val: rq.object}
+}
 
 // Restore makes a marked object current again.
 func (rq *Request) Restore(m ObjectMark) {
 	if sameMap(m.obj, rq.current) {
 		return
 	}
-	rq.setObject(m.obj, m.sizes, m.val)
+	rq.setObject(m.obj, m.sizes, m.known, m.val)
 }
 
 // ObjectSizes returns an upper bound of the sizes of the current object.
@@ -194,11 +230,10 @@ func (rq *Request) ObjectSizes() manifest.Sizes {
 		// The request's inputs bound its object.
 		return rq.inputSizes()
 	}
-	if rq.curSizes == nil {
-		sizes := manifest.SizesOf(rq.current)
-		rq.curSizes = &sizes
+	if !rq.curKnown {
+		rq.curSizes, rq.curKnown = manifest.SizesOf(rq.current), true
 	}
-	return *rq.curSizes
+	return rq.curSizes
 }
 
 // Continue starts the evaluation of req — the same request with its
@@ -314,13 +349,22 @@ func Run[T any](rq *Request, scope *Scope, fn func(st *State) T) T {
 	st := &rq.st
 	st.reset(rq, scope, rq.cfg.ExactCost)
 	out := fn(st)
-	if st.inexact {
+	if st.inexact || rerunAlways {
 		st.reset(rq, scope, true)
 		out = fn(st)
 	}
 	rq.cost += st.cost
 	return out
 }
+
+// rerunAlways makes Run run every policy a second time, exactly (tests:
+// SetRerunAlways).
+var rerunAlways bool
+
+// SetRerunAlways makes Run run every policy a second time with exact cost
+// tracking, as when its estimates exceed the budget, so that tests see
+// that a rerun starts where the first run did. Not for concurrent use.
+func SetRerunAlways(on bool) { rerunAlways = on }
 
 // level returns the index of the size level bounding the request's inputs.
 func (rq *Request) level() int {

@@ -150,6 +150,83 @@ func takeOver(prev ref.Val, raw any) ref.Val {
 	return nil
 }
 
+// An Owner says which containers (maps and slices) of an object it may
+// change in place (a patch.Patcher).
+type Owner interface {
+	Owns(c any) bool
+}
+
+// Refresh drops the conversions of m that no longer convert its object's
+// values, after containers of the object changed in place: those the owner
+// owns are looked into (the conversions of their values are refreshed in
+// turn); every other container must not have changed since it was
+// wrapped.
+func (m *Map) Refresh(owner Owner) {
+	keep := m.cache[:0]
+	for _, e := range m.cache {
+		if raw, ok := m.m[e.key]; ok && converts(e.val, raw) {
+			refresh(e.val, raw, owner)
+			keep = append(keep, e)
+		}
+	}
+	clear(m.cache[len(keep):])
+	m.cache = keep
+}
+
+func (l *List) refresh(owner Owner) {
+	for i, v := range l.cache {
+		if v == nil {
+			continue
+		}
+		if raw := l.l[i]; converts(v, raw) {
+			refresh(v, raw, owner)
+		} else {
+			l.cache[i] = nil
+		}
+	}
+}
+
+// refresh refreshes v, the conversion of raw, if raw may have changed.
+func refresh(v ref.Val, raw any, owner Owner) {
+	switch t := v.(type) {
+	case *Map:
+		if owner.Owns(raw) {
+			t.Refresh(owner)
+		}
+	case *List:
+		if owner.Owns(raw) {
+			t.refresh(owner)
+		}
+	}
+}
+
+// converts says whether v is the conversion of raw.
+func converts(v ref.Val, raw any) bool {
+	switch t := v.(type) {
+	case *Map:
+		r, ok := raw.(map[string]any)
+		return ok && sameMap(t.m, r)
+	case *List:
+		r, ok := raw.([]any)
+		return ok && sameList(t.l, r)
+	case types.String:
+		r, ok := raw.(string)
+		return ok && string(t) == r
+	case types.Int:
+		r, ok := raw.(int64)
+		return ok && int64(t) == r
+	case types.Double:
+		r, ok := raw.(float64)
+		return ok && float64(t) == r
+	case types.Bool:
+		r, ok := raw.(bool)
+		return ok && bool(t) == r
+	case types.Null:
+		return raw == nil
+	}
+	return false
+}
+
 func sameMap(a, b map[string]any) bool {
 	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
 }

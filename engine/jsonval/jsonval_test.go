@@ -213,3 +213,105 @@ func TestDeriveShares(t *testing.T) {
 		t.Error("Derive of the same object made a new wrapper")
 	}
 }
+
+// deepCopy copies v, adding the identities of the copies to owned.
+func deepCopy(v any, owned map[any]bool) any {
+	switch t := v.(type) {
+	case map[string]any:
+		c := make(map[string]any, len(t))
+		for k, e := range t {
+			c[k] = deepCopy(e, owned)
+		}
+		owned[identity(c)] = true
+		return c
+	case []any:
+		c := make([]any, len(t))
+		for i, e := range t {
+			c[i] = deepCopy(e, owned)
+		}
+		owned[identity(c)] = true
+		return c
+	}
+	return v
+}
+
+func identity(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		return reflect.ValueOf(t).UnsafePointer()
+	case []any:
+		if len(t) == 0 {
+			return nil
+		}
+		return &t[0]
+	}
+	return nil
+}
+
+// mutateInPlace changes owned containers of v in place (keys set,
+// deleted, elements replaced), deep down or at the top.
+func mutateInPlace(r *rand.Rand, v any, owned map[any]bool) {
+	switch t := v.(type) {
+	case map[string]any:
+		ks := steps(t)
+		if len(ks) > 0 && r.IntN(2) == 0 {
+			mutateInPlace(r, t[ks[r.IntN(len(ks))].(string)], owned)
+			return
+		}
+		if !owned[identity(t)] {
+			return
+		}
+		switch {
+		case len(ks) > 0 && r.IntN(2) == 0:
+			delete(t, ks[r.IntN(len(ks))].(string))
+		case len(ks) > 0 && r.IntN(2) == 0:
+			t[ks[r.IntN(len(ks))].(string)] = randValue(r, 3)
+		default:
+			t["n"+strconv.Itoa(r.IntN(3))] = randValue(r, 3)
+		}
+	case []any:
+		if len(t) == 0 {
+			return
+		}
+		i := r.IntN(len(t))
+		if r.IntN(2) == 0 || !owned[identity(t)] {
+			mutateInPlace(r, t[i], owned)
+			return
+		}
+		t[i] = randValue(r, 3)
+	}
+}
+
+// TestRefresh checks that a wrapper refreshed after changes in place reads
+// the object as a fresh wrapper would.
+func TestRefresh(t *testing.T) {
+	for seed := range uint64(2000) {
+		r := rand.New(rand.NewPCG(seed, 23))
+		orig, _ := randValue(r, 4).(map[string]any)
+		if orig == nil {
+			orig = map[string]any{"spec": randValue(r, 1)}
+		}
+		w := NewMap(orig)
+		walk(t, r, w, orig, "")
+		// An owned copy of part of the object, as a Patcher makes it: the
+		// root and one of its values; the rest is shared.
+		owned := map[any]bool{}
+		obj := maps.Clone(orig)
+		owned[identity(obj)] = true
+		if ks := steps(obj); len(ks) > 0 {
+			k := ks[r.IntN(len(ks))].(string)
+			obj[k] = deepCopy(obj[k], owned)
+		}
+		w = w.Derive(obj)
+		walk(t, r, w, obj, "")
+		for range 8 {
+			mutateInPlace(r, obj, owned)
+			w.Refresh(ownerSet(owned))
+			walk(t, r, w, obj, "")
+		}
+	}
+}
+
+type ownerSet map[any]bool
+
+func (o ownerSet) Owns(c any) bool { return o[identity(c)] }

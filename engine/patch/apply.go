@@ -104,6 +104,7 @@ func NewPatcher(obj map[string]any, o Options) *Patcher {
 // its memory.
 func (p *Patcher) Reset(obj map[string]any, o Options) {
 	p.a.limit = o.MaxCopyBytes
+	p.a.count = true
 	p.SetObject(obj)
 }
 
@@ -148,7 +149,7 @@ func (p *Patcher) Apply(ops []Op) (bool, error) {
 	if !p.held {
 		a.journal = a.journal[:0]
 	}
-	start := len(a.journal)
+	start, changes, destructive := len(a.journal), a.changes, a.destructive
 	if a.owned.n > 0 {
 		// The values are read as they are now: one that holds a container
 		// of the object is copied before the patch changes it in place.
@@ -161,6 +162,7 @@ func (p *Patcher) Apply(ops []Op) (bool, error) {
 	}
 	a.undo(start)
 	a.root = root
+	a.changes, a.destructive = changes, destructive
 	if err == errTestFailed {
 		return false, nil
 	}
@@ -205,16 +207,18 @@ func (a *applier) undo(start int) {
 // A Savepoint is the object of a Patcher at one time, to roll back to or
 // compare with while it is held (until Release).
 type Savepoint struct {
-	root    any
-	journal int
-	gen     uint32
+	root                 any
+	journal              int
+	gen                  uint32
+	changes, destructive int
+	count                bool // count the changes (a Patcher's)
 }
 
 // Savepoint returns the object as it is now, and holds it: the Patcher
 // keeps what it needs to roll back to it until Release.
 func (p *Patcher) Savepoint() Savepoint {
 	p.held = true
-	return Savepoint{root: p.a.root, journal: len(p.a.journal), gen: p.a.gen}
+	return Savepoint{root: p.a.root, journal: len(p.a.journal), gen: p.a.gen, changes: p.a.changes, destructive: p.a.destructive}
 }
 
 // Rollback undoes the patches applied since sp: the object is as it was
@@ -222,6 +226,13 @@ func (p *Patcher) Savepoint() Savepoint {
 func (p *Patcher) Rollback(sp Savepoint) {
 	p.a.undo(sp.journal)
 	p.a.root = sp.root
+	p.a.changes, p.a.destructive = sp.changes, sp.destructive
+}
+
+// Touched says whether a patch changed the object since sp (perhaps back
+// to what it was: see Changed); when not, Rollback to sp has nothing to do.
+func (p *Patcher) Touched(sp Savepoint) bool {
+	return len(p.a.journal) > sp.journal || !sameNode(sp.root, p.a.root)
 }
 
 // Release lets go of the Savepoints held: none may be used afterwards.
@@ -235,11 +246,16 @@ func (p *Patcher) Release() {
 // compares them.
 func (p *Patcher) Changed(sp Savepoint) bool {
 	a := &p.a
-	j := a.journal[sp.journal:]
-	if len(j) == 0 && sameNode(sp.root, a.root) {
+	switch n := a.changes - sp.changes; {
+	case n == 0:
+		// Every write since put a value equal to the one it replaced.
 		return false
+	case n == 1 || a.destructive == sp.destructive:
+		// One write changed the object (and no other changed it back), or
+		// the changes only added: keys where there were none, elements.
+		return true
 	}
-	return !a.eqBefore(sp.gen, j, sp.root, a.root)
+	return !a.eqBefore(sp.gen, a.journal[sp.journal:], sp.root, a.root)
 }
 
 // sameNode says whether a and b are the same container.
@@ -250,11 +266,13 @@ func sameNode(a, b any) bool {
 
 // eqBefore compares b as it was at the savepoint of generation gen, the
 // changes since being journaled in j, with x as it is now. The containers
-// that existed then and that the Patcher had made may have changed in
-// place since: their entries then are the first journaled for them, or
-// their entries now; every other container is as it was.
+// that existed then, that the Patcher had made and that a patch touched
+// since (changed, or a container in them) may have changed in place: their
+// entries then are the first journaled for them, or their entries now;
+// every other container is as it was.
 func (a *applier) eqBefore(gen uint32, j []undo, b, x any) bool {
-	if g, ok := a.owned.gen(identity(b)); !ok || g > gen {
+	if o, ok := a.owned.info(identity(b)); !ok || o.gen > gen || o.touched <= gen {
+		// b has not changed since (nor any container in it).
 		return Equal(b, x)
 	}
 	switch bt := b.(type) {
@@ -412,6 +430,11 @@ type applier struct {
 	gen     uint32 // the patch being applied
 	journal []undo
 	nulls   bool // a rawNull was stored by this patch
+	// changes counts the writes that changed a value, of the patches
+	// applied (but not undone); destructive those that were not additions
+	// (a key added where there was none, an element inserted).
+	changes, destructive int
+	count                bool // count the changes (a Patcher's)
 	limit   int64
 	copied  int64
 	buf     []byte
@@ -428,16 +451,21 @@ type undo struct {
 }
 
 // ownedSet holds the identities of the containers the applier made, with
-// the patch that made each: a few inline, the rest in a map.
+// the patch that made each and the last that changed it or a container in
+// it: a few inline, the rest in a map.
 type ownedSet struct {
 	n     int
 	small [16]ownedEntry
-	big   map[unsafe.Pointer]uint32
+	big   map[unsafe.Pointer]ownedInfo
 }
 
 type ownedEntry struct {
-	p   unsafe.Pointer
-	gen uint32
+	p unsafe.Pointer
+	ownedInfo
+}
+
+type ownedInfo struct {
+	gen, touched uint32
 }
 
 func identity(v any) unsafe.Pointer {
@@ -453,18 +481,44 @@ func identity(v any) unsafe.Pointer {
 	return nil
 }
 
-// gen returns the patch that made the container p, if the applier made it.
-func (s *ownedSet) gen(p unsafe.Pointer) (uint32, bool) {
+// info returns what is known of the container p, if the applier made it.
+func (s *ownedSet) info(p unsafe.Pointer) (ownedInfo, bool) {
 	if p == nil {
-		return 0, false
+		return ownedInfo{}, false
 	}
-	for _, o := range s.small[:s.n] {
-		if o.p == p {
-			return o.gen, true
+	for i := range s.small[:s.n] {
+		if s.small[i].p == p {
+			return s.small[i].ownedInfo, true
 		}
 	}
-	g, ok := s.big[p]
-	return g, ok
+	o, ok := s.big[p]
+	return o, ok
+}
+
+// gen returns the patch that made the container p, if the applier made it.
+func (s *ownedSet) gen(p unsafe.Pointer) (uint32, bool) {
+	o, ok := s.info(p)
+	return o.gen, ok
+}
+
+// touch records that the patch gen changes the container p or one in it,
+// if the applier made p; it reports whether it did.
+func (s *ownedSet) touch(p unsafe.Pointer, gen uint32) bool {
+	if p == nil {
+		return false
+	}
+	for i := range s.small[:s.n] {
+		if s.small[i].p == p {
+			s.small[i].touched = gen
+			return true
+		}
+	}
+	o, ok := s.big[p]
+	if ok && o.touched != gen {
+		o.touched = gen
+		s.big[p] = o
+	}
+	return ok
 }
 
 func (s *ownedSet) reset() {
@@ -482,15 +536,16 @@ func (s *ownedSet) add(p unsafe.Pointer, gen uint32) {
 	if p == nil {
 		return
 	}
+	o := ownedInfo{gen: gen, touched: gen}
 	if s.n < len(s.small) {
-		s.small[s.n] = ownedEntry{p, gen}
+		s.small[s.n] = ownedEntry{p, o}
 		s.n++
 		return
 	}
 	if s.big == nil {
-		s.big = make(map[unsafe.Pointer]uint32)
+		s.big = make(map[unsafe.Pointer]ownedInfo)
 	}
-	s.big[p] = gen
+	s.big[p] = o
 }
 
 // made registers a container the applier just made.
@@ -506,6 +561,29 @@ func (a *applier) old(c any) bool {
 	}
 	g, _ := a.owned.gen(identity(c))
 	return g < a.gen
+}
+
+// put sets m[k] = v in an owned map, counting the change.
+func (a *applier) put(m map[string]any, k string, v any) {
+	if !a.count {
+		a.setKey(m, k, v)
+		return
+	}
+	old, existed := m[k]
+	a.setKey(m, k, v)
+	if !existed {
+		a.changes++ // an addition
+	} else {
+		a.replaced(old, v)
+	}
+}
+
+// replaced counts the change of a value from old to v, if it is one.
+func (a *applier) replaced(old, v any) {
+	if a.count && !Equal(old, v) {
+		a.changes++
+		a.destructive++
+	}
 }
 
 // setKey sets m[k] = v in an owned map.
@@ -555,11 +633,11 @@ func (a *applier) store(sl slot, v any) {
 }
 
 // own returns the container c held at sl, copied into sl first when the
-// applier does not own it.
+// applier does not own it, to be changed (itself or a container in it).
 func (a *applier) own(c any, sl slot) any {
 	switch t := c.(type) {
 	case map[string]any:
-		if a.owned.has(identity(t)) {
+		if a.owned.touch(identity(t), a.gen) {
 			return t
 		}
 		m := maps.Clone(t)
@@ -567,7 +645,7 @@ func (a *applier) own(c any, sl slot) any {
 		a.store(sl, m)
 		return m
 	case []any:
-		if a.owned.has(identity(t)) {
+		if a.owned.touch(identity(t), a.gen) {
 			return t
 		}
 		s := make([]any, len(t))
@@ -803,7 +881,7 @@ func (a *applier) findMut(p string) (c any, sl slot, key string, ok bool) {
 func (a *applier) add(c any, sl slot, key string, v any) error {
 	switch t := c.(type) {
 	case map[string]any:
-		a.setKey(a.own(t, sl).(map[string]any), key, v)
+		a.put(a.own(t, sl).(map[string]any), key, v)
 		return nil
 	case []any:
 		idx := len(t)
@@ -829,6 +907,7 @@ func (a *applier) add(c any, sl slot, key string, v any) error {
 		copy(s[idx+1:], t[idx:])
 		a.made(s)
 		a.store(sl, s)
+		a.changes++
 		return nil
 	}
 	return nil // rawNull: the callers fail first
@@ -842,6 +921,8 @@ func (a *applier) remove(c any, sl slot, key string) error {
 			return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key) //nolint:staticcheck // ST1005: evanphx/json-patch's message, word for word
 		}
 		a.delKey(a.own(t, sl).(map[string]any), key)
+		a.changes++
+		a.destructive++
 		return nil
 	case []any:
 		idx, err := strconv.Atoi(key)
@@ -862,6 +943,8 @@ func (a *applier) remove(c any, sl slot, key string) error {
 		copy(s[idx:], t[idx+1:])
 		a.made(s)
 		a.store(sl, s)
+		a.changes++
+		a.destructive++
 		return nil
 	}
 	return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key) //nolint:staticcheck // ST1005: evanphx/json-patch's message, word for word (rawNull)
@@ -931,6 +1014,7 @@ func (a *applier) replaceOp(op *Op) error {
 		return errors.New("JSON Patch: replace operation failed to decode path: " + e)
 	}
 	if op.Path == "" {
+		old := a.root
 		switch kindOf(op.Value) {
 		case kMap, kArray:
 			a.root = op.Value
@@ -942,6 +1026,7 @@ func (a *applier) replaceOp(op *Op) error {
 			}
 			return errors.New("JSON Patch: replace operation value must be object or array: %!w(<nil>)")
 		}
+		a.replaced(old, a.root)
 		return nil
 	}
 	c, sl, key, ok := a.findMut(op.Path)
@@ -950,13 +1035,17 @@ func (a *applier) replaceOp(op *Op) error {
 	}
 	switch t := c.(type) {
 	case map[string]any:
-		a.setKey(a.own(t, sl).(map[string]any), key, a.value(op))
+		a.put(a.own(t, sl).(map[string]any), key, a.value(op))
 	case []any:
 		i, err := index(key, len(t))
 		if err != nil {
 			return fmt.Errorf("JSON Patch: replace operation does not apply: doc is missing key: %s: missing value", op.Path)
 		}
-		a.setIndex(a.own(t, sl).([]any), i, a.value(op))
+		s := a.own(t, sl).([]any)
+		old := s[i]
+		v := a.value(op)
+		a.setIndex(s, i, v)
+		a.replaced(old, v)
 	default:
 		return nullWrite("replace", op.Path)
 	}

@@ -435,9 +435,9 @@ type applier struct {
 	// (a key added where there was none, an element inserted).
 	changes, destructive int
 	count                bool // count the changes (a Patcher's)
-	limit   int64
-	copied  int64
-	buf     []byte
+	limit                int64
+	copied               int64
+	buf                  []byte
 }
 
 // undo restores a map's key (or deletes it) or a slice's element.

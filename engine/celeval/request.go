@@ -89,13 +89,26 @@ type Request struct {
 // NewRequest starts the evaluation of a request. The caller must not
 // modify the request's objects while it is evaluated.
 func NewRequest(ctx context.Context, req *admission.Request, cfg Config) *Request {
-	rq := &Request{ctx: ctx, done: ctx.Done(), req: req, cfg: cfg, now: cfg.Now, sizeLevel: -2}
+	rq := &Request{}
+	rq.init(ctx, req, cfg, nil, nil)
+	return rq
+}
+
+// init sets rq up for req, with object and oldObject the conversions of
+// its objects (nil: to be made).
+func (rq *Request) init(ctx context.Context, req *admission.Request, cfg Config, object, oldObject any) {
+	*rq = Request{ctx: ctx, done: ctx.Done(), req: req, cfg: cfg, now: cfg.Now, sizeLevel: -2}
 	if rq.now.IsZero() {
 		rq.now = time.Now()
 	}
 	rq.current = req.Object
-	rq.object = toVal(req.Object)
-	rq.oldObject = toVal(req.OldObject)
+	rq.object, rq.oldObject = object, oldObject
+	if object == nil {
+		rq.object = toVal(req.Object)
+	}
+	if oldObject == nil {
+		rq.oldObject = toVal(req.OldObject)
+	}
 	ns := cfg.Namespace
 	rq.namespaceObject = ns
 	if ns != nil && req.Namespace != "" && !(req.Resource.Resource == "namespaces" && req.Resource.Group == "") {
@@ -107,7 +120,6 @@ func NewRequest(ctx context.Context, req *admission.Request, cfg Config) *Reques
 	if rq.libCtx == nil {
 		rq.libCtx = kyvernocel.Offline
 	}
-	return rq
 }
 
 // toVal returns the activation value of an object: a lazily converted,
@@ -239,7 +251,7 @@ func (rq *Request) ObjectSizes() manifest.Sizes {
 // Continue starts the evaluation of req — the same request with its
 // mutated object — by the kinds that follow the mutating ones: a fresh
 // state (nothing memoized) that charges the cost spent so far to the same
-// budget.
+// budget. It reuses rq, which is the new evaluation afterwards.
 func (rq *Request) Continue(req *admission.Request) *Request {
 	cfg := rq.cfg
 	if !sameMap(req.Object, rq.req.Object) {
@@ -253,17 +265,18 @@ func (rq *Request) Continue(req *admission.Request) *Request {
 		}
 		cfg.ObjectSizes = &sizes
 	}
-	next := NewRequest(rq.ctx, req, cfg)
-	next.now = rq.now
-	next.cost = rq.cost
 	// The conversions of the objects made so far are the next request's.
+	var object, oldObject any
 	if sameMap(req.Object, rq.current) {
-		next.object = rq.object
+		object = rq.object
 	}
 	if sameMap(req.OldObject, rq.req.OldObject) {
-		next.oldObject = rq.oldObject
+		oldObject = rq.oldObject
 	}
-	return next
+	now, cost := rq.now, rq.cost
+	rq.init(rq.ctx, req, cfg, object, oldObject)
+	rq.now, rq.cost = now, cost
+	return rq
 }
 
 func sameMap(a, b map[string]any) bool {

@@ -89,7 +89,7 @@ func (m *Map) Derive(n map[string]any) *Map {
 		}
 		if v := takeOver(e.val, raw); v != nil {
 			if d.cache == nil {
-				d.cache = make([]entry, 0, max(4, len(m.cache)))
+				d.cache = make([]entry, 0, max(len(m.cache), min(len(n), 8)))
 			}
 			d.cache = append(d.cache, entry{key: e.key, val: v})
 		}
@@ -109,7 +109,7 @@ func (m *Map) get(k string) (ref.Val, bool) {
 	}
 	v := Of(raw)
 	if m.cache == nil {
-		m.cache = make([]entry, 0, 4)
+		m.cache = make([]entry, 0, min(len(m.m), 8))
 	}
 	m.cache = append(m.cache, entry{key: k, val: v})
 	return v, true

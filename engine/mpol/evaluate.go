@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/google/cel-go/common/types/ref"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -104,7 +105,8 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 			}
 			if !background && v.inPlace() {
 				if pt == nil {
-					pt = patch.NewPatcher(rq.Object(), patch.Options{})
+					pt = patchers.Get().(*patch.Patcher)
+					pt.Reset(rq.Object(), patch.Options{})
 				}
 				var changed bool
 				r, changed = s.evalInPlace(rq, e, v, pt)
@@ -138,6 +140,10 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 			rq.Note(p.Key(), "", outcome.PhaseResult, strings.Join(r.Exceptions(), ", "), note)
 		}
 		out.Results = append(out.Results, r)
+	}
+	if pt != nil {
+		pt.Reset(nil, patch.Options{})
+		patchers.Put(pt)
 	}
 	if len(failures) > 0 {
 		out.Deny(400, "", "Resource: ", req.Namespace, "/", req.Name, ", Kind: ", req.Kind.Kind, ", Errors: [", strings.Join(failures, " "), "]")
@@ -180,6 +186,9 @@ func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant, conds []*ce
 	rq.Restore(before)
 	return o.r, o.after, o.mutated
 }
+
+// patchers are the Patchers of the requests being mutated.
+var patchers = sync.Pool{New: func() any { return new(patch.Patcher) }}
 
 // copyOnly makes every policy apply its mutations by copying (tests).
 var copyOnly bool
@@ -281,8 +290,12 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 		r.Cause = outcome.CauseMatchConditions
 		return r, false
 	}
-	start := identityOf(rq.Object())
-	obj := rq.Object()
+	start := rq.Object()
+	obj := start
+	// The object's identity as the policy found it (taken before the
+	// first change in place), when a mutation changed it.
+	var id identity
+	changed := false
 	for i, m := range v.mutations {
 		st.Label(outcome.PhaseMutation, celeval.Index(i), "")
 		val, err := st.Eval(m.prog)
@@ -295,6 +308,9 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 			ops, err := celeval.JSONPatchOps(val)
 			if err != nil {
 				return fail(err)
+			}
+			if len(ops) > 0 && !changed {
+				id, changed = identityOf(obj), true
 			}
 			applied, err := pt.Apply(ops)
 			if err != nil {
@@ -316,8 +332,13 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 		}
 		rq.SetObjectSized(obj, sizes)
 	}
-	if err := checkIdentity(start, identityOf(obj)); err != nil {
-		return fail(err)
+	if pt == nil && !sameMap(obj, start) {
+		id, changed = identityOf(start), true
+	}
+	if changed {
+		if err := checkIdentity(id, identityOf(obj)); err != nil {
+			return fail(err)
+		}
 	}
 	annotations, err := auditAnnotations(st, v)
 	if err != nil {

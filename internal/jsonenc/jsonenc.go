@@ -4,10 +4,12 @@
 package jsonenc
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -74,6 +76,75 @@ func AppendValue(dst []byte, v any) ([]byte, error) {
 		return nil, err
 	}
 	return append(dst, b...), nil
+}
+
+// AppendIndent appends v as json.Indent(dst, Marshal(v), prefix, indent)
+// writes it (json.MarshalIndent without the prefix on the first line), for
+// JSON-shaped data without reflection as AppendValue.
+func AppendIndent(dst []byte, v any, prefix, indent string) ([]byte, error) {
+	return appendIndent(dst, v, prefix, indent, 0)
+}
+
+func appendIndent(dst []byte, v any, prefix, indent string, depth int) ([]byte, error) {
+	newline := func(dst []byte, depth int) []byte {
+		dst = append(dst, '\n')
+		dst = append(dst, prefix...)
+		for range depth {
+			dst = append(dst, indent...)
+		}
+		return dst
+	}
+	var err error
+	switch t := v.(type) {
+	case map[string]any:
+		if len(t) == 0 {
+			return AppendValue(dst, v) // {} or null
+		}
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		dst = append(dst, '{')
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = newline(dst, depth+1)
+			dst = AppendString(dst, k, true)
+			dst = append(dst, ':', ' ')
+			if dst, err = appendIndent(dst, t[k], prefix, indent, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(newline(dst, depth), '}'), nil
+	case []any:
+		if len(t) == 0 {
+			return AppendValue(dst, v) // [] or null
+		}
+		dst = append(dst, '[')
+		for i, e := range t {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = newline(dst, depth+1)
+			if dst, err = appendIndent(dst, e, prefix, indent, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(newline(dst, depth), ']'), nil
+	case nil, bool, string, int64, float64:
+		return AppendValue(dst, v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, prefix+strings.Repeat(indent, depth), indent); err != nil {
+		return nil, err
+	}
+	return append(dst, buf.Bytes()...), nil
 }
 
 // AppendFloat appends f in encoding/json's float64 format (ES6 number to

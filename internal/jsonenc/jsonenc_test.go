@@ -74,6 +74,22 @@ func TestAppendValueMatchesMarshal(t *testing.T) {
 		if err == nil && !bytes.Equal(got, want) {
 			t.Fatalf("value %d:\n got %s\nwant %s", i, got, want)
 		}
+		// Indented, as json.Indent indents json.Marshal's.
+		prefix, indent := []string{"", "  ", "\t>"}[i%3], []string{"  ", "\t", ""}[i/3%3]
+		gotIndent, err := AppendIndent([]byte("x"), v, prefix, indent)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("value %d: AppendIndent error %v, encoding/json %v", i, err, werr)
+		}
+		if err == nil {
+			wantIndent := bytes.Buffer{}
+			wantIndent.WriteString("x")
+			if err := json.Indent(&wantIndent, want, prefix, indent); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(gotIndent, wantIndent.Bytes()) {
+				t.Fatalf("value %d, prefix %q, indent %q:\n got %s\nwant %s", i, prefix, indent, gotIndent, wantIndent.Bytes())
+			}
+		}
 	}
 	if _, err := AppendValue(nil, map[string]any{"x": math.NaN()}); err == nil {
 		t.Fatal("NaN encoded")

@@ -82,25 +82,37 @@ func AppendValue(dst []byte, v any) ([]byte, error) {
 // writes it (json.MarshalIndent without the prefix on the first line), for
 // JSON-shaped data without reflection as AppendValue.
 func AppendIndent(dst []byte, v any, prefix, indent string) ([]byte, error) {
-	return appendIndent(dst, v, prefix, indent, 0)
+	w := indenter{prefix: prefix, indent: indent}
+	var lines [64]byte
+	w.lines = append(append(lines[:0], '\n'), prefix...)
+	return w.append(dst, v, 0)
 }
 
-func appendIndent(dst []byte, v any, prefix, indent string, depth int) ([]byte, error) {
-	newline := func(dst []byte, depth int) []byte {
-		dst = append(dst, '\n')
-		dst = append(dst, prefix...)
-		for range depth {
-			dst = append(dst, indent...)
-		}
-		return dst
+// indenter writes indented JSON; lines is a line break, the prefix and as
+// many indents as the deepest line written so far.
+type indenter struct {
+	prefix, indent string
+	lines          []byte
+}
+
+// newline appends a line break and the indentation of depth.
+func (w *indenter) newline(dst []byte, depth int) []byte {
+	n := 1 + len(w.prefix) + depth*len(w.indent)
+	for len(w.lines) < n {
+		w.lines = append(w.lines, w.indent...)
 	}
+	return append(dst, w.lines[:n]...)
+}
+
+func (w *indenter) append(dst []byte, v any, depth int) ([]byte, error) {
 	var err error
 	switch t := v.(type) {
 	case map[string]any:
 		if len(t) == 0 {
 			return AppendValue(dst, v) // {} or null
 		}
-		keys := make([]string, 0, len(t))
+		var buf [16]string
+		keys := buf[:0]
 		for k := range t {
 			keys = append(keys, k)
 		}
@@ -110,14 +122,14 @@ func appendIndent(dst []byte, v any, prefix, indent string, depth int) ([]byte, 
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = newline(dst, depth+1)
+			dst = w.newline(dst, depth+1)
 			dst = AppendString(dst, k, true)
 			dst = append(dst, ':', ' ')
-			if dst, err = appendIndent(dst, t[k], prefix, indent, depth+1); err != nil {
+			if dst, err = w.append(dst, t[k], depth+1); err != nil {
 				return nil, err
 			}
 		}
-		return append(newline(dst, depth), '}'), nil
+		return append(w.newline(dst, depth), '}'), nil
 	case []any:
 		if len(t) == 0 {
 			return AppendValue(dst, v) // [] or null
@@ -127,12 +139,12 @@ func appendIndent(dst []byte, v any, prefix, indent string, depth int) ([]byte, 
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = newline(dst, depth+1)
-			if dst, err = appendIndent(dst, e, prefix, indent, depth+1); err != nil {
+			dst = w.newline(dst, depth+1)
+			if dst, err = w.append(dst, e, depth+1); err != nil {
 				return nil, err
 			}
 		}
-		return append(newline(dst, depth), ']'), nil
+		return append(w.newline(dst, depth), ']'), nil
 	case nil, bool, string, int64, float64:
 		return AppendValue(dst, v)
 	}
@@ -141,7 +153,7 @@ func appendIndent(dst []byte, v any, prefix, indent string, depth int) ([]byte, 
 		return nil, err
 	}
 	var buf bytes.Buffer
-	if err := json.Indent(&buf, b, prefix+strings.Repeat(indent, depth), indent); err != nil {
+	if err := json.Indent(&buf, b, w.prefix+strings.Repeat(w.indent, depth), w.indent); err != nil {
 		return nil, err
 	}
 	return append(dst, buf.Bytes()...), nil

@@ -111,3 +111,33 @@ func TestAppendStringWithoutHTMLEscaping(t *testing.T) {
 		}
 	}
 }
+
+// benchObject is a Pod as a MutatingPolicy leaves it.
+func benchObject(b *testing.B) any {
+	var v any
+	if err := json.Unmarshal([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"shop","labels":{"app":"web","team":"unassigned","app.kubernetes.io/managed-by":"arbiter"},"annotations":{"cluster-autoscaler.kubernetes.io/safe-to-evict":"true","cost-center":"shared"}},"spec":{"terminationGracePeriodSeconds":30,"securityContext":{"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}},"containers":[{"name":"web","image":"registry.example.com/web:1.2.3","imagePullPolicy":"IfNotPresent","ports":[{"containerPort":8080,"protocol":"TCP"}],"securityContext":{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}},"resources":{"requests":{"cpu":"100m","memory":"128Mi"}}}],"volumes":[{"name":"tmp","emptyDir":{}}]}}`), &v); err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+func BenchmarkAppendIndent(b *testing.B) {
+	v := benchObject(b)
+	b.ReportAllocs()
+	var buf []byte
+	for b.Loop() {
+		buf, _ = AppendIndent(buf[:0], v, "  ", "  ")
+	}
+}
+
+func BenchmarkAppendValueThenIndent(b *testing.B) {
+	v := benchObject(b)
+	b.ReportAllocs()
+	var buf []byte
+	var out bytes.Buffer
+	for b.Loop() {
+		buf, _ = AppendValue(buf[:0], v)
+		out.Reset()
+		_ = json.Indent(&out, buf, "  ", "  ")
+	}
+}

@@ -243,7 +243,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	// the built-in kinds and of the set's CustomResourceDefinitions.
 	var applier *applier
 	if len(mpols) > 0 || len(mapObjs) > 0 {
-		a, err := newApplier(others)
+		a, err := newApplier(others, appliesConfigurations(mpols, mapObjs))
 		if err != nil {
 			return nil, err
 		}
@@ -473,7 +473,30 @@ func mutateExistingRefused(o *manifest.Object, p *mpol.Policy) *manifest.LoadErr
 // CustomResourceDefinitions among the set's objects.
 type applier struct{ schemas *schema.Schemas }
 
-func newApplier(objs []*manifest.Object) (*applier, error) {
+// appliesConfigurations says whether a mutation of the policies is an
+// apply configuration (the others, JSON patches, need no schema).
+func appliesConfigurations(mpols []*mpol.Policy, mapObjs []*manifest.Object) bool {
+	for _, p := range mpols {
+		if p.AppliesConfigurations() {
+			return true
+		}
+	}
+	for _, o := range mapObjs {
+		spec, _ := o.Content["spec"].(map[string]any)
+		muts, _ := spec["mutations"].([]any)
+		for _, m := range muts {
+			if mm, _ := m.(map[string]any); mm["patchType"] != "JSONPatch" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// newApplier returns the applier of the set's mutations; load says some
+// are apply configurations, which need the built-in schemas (parsed now,
+// else on first use).
+func newApplier(objs []*manifest.Object, load bool) (*applier, error) {
 	var crds []map[string]any
 	for _, o := range objs {
 		if o.Group() == "apiextensions.k8s.io" && o.Kind == "CustomResourceDefinition" {
@@ -487,8 +510,10 @@ func newApplier(objs []*manifest.Object) (*applier, error) {
 	// The built-in schemas are parsed once per process (~0.15 s of CPU),
 	// on the first compilation that needs them rather than on the first
 	// decision.
-	if err := schema.LoadBuiltin(); err != nil {
-		return nil, err
+	if load {
+		if err := schema.LoadBuiltin(); err != nil {
+			return nil, err
+		}
 	}
 	return &applier{schemas: s}, nil
 }

@@ -43,6 +43,9 @@ const (
 	ClassMAP
 	// ClassMAPBinding is a MutatingAdmissionPolicyBinding.
 	ClassMAPBinding
+	// ClassImagePolicy is an ImageValidatingPolicy or
+	// NamespacedImageValidatingPolicy (engine/ivpol).
+	ClassImagePolicy
 )
 
 // unsupportedGroups hold policy kinds Arbiter refuses rather than evaluating
@@ -68,6 +71,8 @@ func Classify(o *manifest.Object) Class {
 			return ClassMutatingPolicy
 		case kyvernoapi.KindPolicyException:
 			return ClassException
+		case kyvernoapi.KindImageValidatingPolicy, kyvernoapi.KindNamespacedImageValidatingPolicy:
+			return ClassImagePolicy
 		}
 		return ClassUnsupported
 	case unsupportedGroups[group]:

@@ -27,6 +27,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	results "github.com/arbiter-pdp/arbiter/engine/outcome"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/patch"
 	"github.com/arbiter-pdp/arbiter/engine/report"
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
@@ -63,6 +64,9 @@ type Options struct {
 	Progress string
 	// Stderr receives warnings and the progress bar (nil: os.Stderr).
 	Stderr io.Writer
+	// ImageVerifier serves ImageValidatingPolicies locally (nil: their
+	// results are errors).
+	ImageVerifier kyvernocel.ImageVerifier
 }
 
 // ErrFailed is Run's answer when the run fails by its exit rule (a
@@ -339,7 +343,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		}
 		prog = newProgress(o.Progress, len(in.resources), o.Stderr)
 		start = time.Now()
-		if outcomes, err = decideLocal(ctx, ps, in.resources, o.Operation, mode, prog, fin); err != nil {
+		if outcomes, err = decideLocal(ctx, ps, in.resources, o.Operation, mode, o.ImageVerifier, prog, fin); err != nil {
 			return err
 		}
 	}
@@ -388,7 +392,7 @@ func failed(outcomes []outcome, failOn string) bool {
 
 // decideLocal evaluates every resource on the compiled set, in parallel,
 // decoding each as it goes.
-func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resourceDoc, operation string, mode admission.Mode, prog *progress, fin *finisher) ([]outcome, error) {
+func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resourceDoc, operation string, mode admission.Mode, iv kyvernocel.ImageVerifier, prog *progress, fin *finisher) ([]outcome, error) {
 	outcomes := make([]outcome, len(resources))
 	err := parallel.Try(len(resources), func(i int) error {
 		res, sizes, err := resources[i].decoded()
@@ -400,7 +404,7 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, resources []resource
 			return err
 		}
 		outcomes[i] = newOutcome(res, req.Namespace)
-		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes})
+		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes, ImageVerifier: iv})
 		outcomes[i].decision = convert.ResponseFromDecision(d)
 		if d.Mutated != nil && (fin.format == "json" || fin.format == "yaml") {
 			outcomes[i].admitted, _ = jsonenc.AppendValue(nil, d.Mutated)

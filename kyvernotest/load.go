@@ -19,11 +19,11 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
-	"github.com/arbiter-pdp/arbiter/engine/ivpol"
-	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
 	"github.com/arbiter-pdp/arbiter/kyvernotest/fixtures"
 )

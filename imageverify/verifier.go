@@ -287,7 +287,8 @@ func (v *Verifier) lookup(ctx context.Context, ref name.Reference, ropts []remot
 	if d, ok := ref.(name.Digest); ok {
 		if h, found, fresh := v.images.get(repo.Name()+"@"+d.DigestStr(), now); found && fresh {
 			v.stats.cacheHits.Add(1)
-			return d, h, nil
+			// repo@digest, without the tag of a tag@digest reference
+			return repo.Digest(d.DigestStr()), h, nil
 		}
 	} else if digest, found, fresh := v.tags.get(repo.Name()+":"+ref.Identifier(), now); found && fresh {
 		if h, found, fresh := v.images.get(repo.Name()+"@"+digest, now); found && fresh {

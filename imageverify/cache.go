@@ -54,9 +54,3 @@ func (c *lru[V]) put(key string, v V, now time.Time) {
 		delete(c.items, last.Value.(*lruEntry[V]).key)
 	}
 }
-
-func (c *lru[V]) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
-}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/sigstore/sigstore-go/pkg/testing/ca"
 
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
@@ -266,9 +265,9 @@ func TestCacheAndConcurrency(t *testing.T) {
 	}
 	refs := make([]string, n)
 	for i := range refs {
-		d := r.push("app:" + name.Tag{}.TagStr() + itoa(i))
+		d := r.push("app:" + "v" + itoa(i))
 		key.sign(t, d, d, nil)
-		refs[i] = r.ref(d.Repository.RepositoryStr() + "@" + d.DigestStr())
+		refs[i] = r.ref(d.RepositoryStr() + "@" + d.DigestStr())
 	}
 	const limit = 4
 	v := newVerifier(t, r, imageverify.Config{MaxConcurrent: limit}, imageverify.Options{})

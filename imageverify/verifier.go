@@ -75,8 +75,9 @@ type Verifier struct {
 	trust    root.TrustedMaterial
 	log      *slog.Logger
 
-	tags     *lru[string]       // repository:tag → digest
-	images   *lru[*imageHandle] // repository@digest → content
+	tags     *lru[string]                    // repository:tag → digest
+	resolved *lru[*kyvernocel.VerifierImage] // image as written (and how reached) → image, for TagTTL
+	images   *lru[*imageHandle]              // repository@digest → content
 	verdicts *lru[kyvernocel.Verdict]
 	group    singleflight.Group
 	stats    counters
@@ -100,6 +101,7 @@ func New(cfg Config, opts Options) (*Verifier, error) {
 		trust:    opts.TrustedMaterial,
 		log:      opts.Logger,
 		tags:     newLRU[string](cfg.CacheSize, time.Duration(cfg.TagTTL)),
+		resolved: newLRU[*kyvernocel.VerifierImage](cfg.CacheSize, time.Duration(cfg.TagTTL)),
 		images:   newLRU[*imageHandle](cfg.CacheSize, time.Duration(cfg.CacheTTL)),
 		verdicts: newLRU[kyvernocel.Verdict](cfg.CacheSize, time.Duration(cfg.CacheTTL)),
 		now:      time.Now,
@@ -233,7 +235,28 @@ func (v *Verifier) request(ctx context.Context, image string, opts kyvernocel.Im
 // Image implements kyvernocel.ImageVerifier: it resolves the reference and
 // reads the image's manifest and config (those of the configured platform
 // in an index), from the cache when it can.
+//
+// The image returned is shared with other callers (for TagTTL): it must not
+// be modified.
 func (v *Verifier) Image(ctx context.Context, image string, opts kyvernocel.ImageOptions) (*kyvernocel.VerifierImage, error) {
+	key := image
+	if c := opts.Credentials; c != nil {
+		b, _ := json.Marshal(c)
+		key += "\x00" + opts.Namespace + "\x00" + string(b)
+	}
+	if img, found, fresh := v.resolved.get(key, v.now()); found && fresh {
+		v.stats.cacheHits.Add(1)
+		return img, nil
+	}
+	img, err := v.image(ctx, image, opts)
+	if err != nil {
+		return nil, err
+	}
+	v.resolved.put(key, img, v.now())
+	return img, nil
+}
+
+func (v *Verifier) image(ctx context.Context, image string, opts kyvernocel.ImageOptions) (*kyvernocel.VerifierImage, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(v.cfg.Timeout))
 	defer cancel()
 	ctx, ref, nameOpts, insecure, ropts, err := v.request(ctx, image, opts)

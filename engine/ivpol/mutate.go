@@ -114,6 +114,10 @@ func mutateVariant(rq *celeval.Request, rs *reqState, e *entry, v *variant, st *
 	var ops []patch.Op
 	var errs []string
 	for _, img := range containerImages(rq.Object()) {
+		if strings.IndexByte(img.image, '@') >= 0 {
+			// pinned to a digest already (a malformed one fails validation)
+			continue
+		}
 		info, err := imageInfo(img.image)
 		if err != nil {
 			return nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	results "github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/patch"
@@ -67,6 +68,9 @@ type Options struct {
 	Context ContextOptions
 	// Stderr receives warnings and the progress bar (nil: os.Stderr).
 	Stderr io.Writer
+	// ImageVerifier serves ImageValidatingPolicies locally (nil: their
+	// results are errors).
+	ImageVerifier kyvernocel.ImageVerifier
 }
 
 // ErrFailed is Run's answer when the run fails by its exit rule (a
@@ -362,7 +366,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		}
 		prog = newProgress(o.Progress, len(in.resources), o.Stderr)
 		start = time.Now()
-		if outcomes, err = decideLocal(ctx, ps, libs, in.resources, o.Operation, mode, prog, fin); err != nil {
+		if outcomes, err = decideLocal(ctx, ps, libs, in.resources, o.Operation, mode, o.ImageVerifier, prog, fin); err != nil {
 			return err
 		}
 	}
@@ -411,7 +415,7 @@ func failed(outcomes []outcome, failOn string) bool {
 
 // decideLocal evaluates every resource on the compiled set, in parallel,
 // decoding each as it goes.
-func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Context, resources []resourceDoc, operation string, mode admission.Mode, prog *progress, fin *finisher) ([]outcome, error) {
+func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Context, resources []resourceDoc, operation string, mode admission.Mode, iv kyvernocel.ImageVerifier, prog *progress, fin *finisher) ([]outcome, error) {
 	outcomes := make([]outcome, len(resources))
 	err := parallel.Try(len(resources), func(i int) error {
 		res, sizes, err := resources[i].decoded()
@@ -423,7 +427,7 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Co
 			return err
 		}
 		outcomes[i] = newOutcome(res, req.Namespace)
-		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes, Context: libs})
+		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes, Context: libs, ImageVerifier: iv})
 		if fin.format == "json" || fin.format == "yaml" {
 			outcomes[i].mutated = d.Mutated
 		}

@@ -43,6 +43,9 @@ type Config struct {
 	// ExactCost runs every program with cost tracking (slower; the
 	// untracked fast path is charged static estimates instead).
 	ExactCost bool
+	// ImageVerifier serves the verification functions of
+	// ImageValidatingPolicies (nil: they fail, naming what is unavailable).
+	ImageVerifier kyvernocel.ImageVerifier
 	// Request, when set, is what the `request` variable renders instead of
 	// the evaluated request: a mutate-existing target is evaluated as
 	// `object` within its trigger's request. Its objects are not measured
@@ -288,6 +291,12 @@ func sameMap(a, b map[string]any) bool {
 
 // Context returns the request's context.
 func (rq *Request) Context() context.Context { return rq.ctx }
+
+// ImageVerifier returns what serves the image verification functions, or nil.
+func (rq *Request) ImageVerifier() kyvernocel.ImageVerifier { return rq.cfg.ImageVerifier }
+
+// Libraries returns the context the libraries read (never nil).
+func (rq *Request) Libraries() kyvernocel.Context { return rq.libCtx }
 
 // Attributes returns the request's attributes.
 func (rq *Request) Attributes() *admission.Request { return rq.req }

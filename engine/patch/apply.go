@@ -211,7 +211,6 @@ type Savepoint struct {
 	journal              int
 	gen                  uint32
 	changes, destructive int
-	count                bool // count the changes (a Patcher's)
 }
 
 // Savepoint returns the object as it is now, and holds it: the Patcher

@@ -59,8 +59,9 @@ type contextState struct {
 	// StoreSecrets), logged once each.
 	skipped map[schema.GroupKind]bool
 	// deferred are policy objects waiting for the kinds they read to be
-	// listed, since when.
-	deferred map[store.Key]time.Time
+	// listed: since when, and the resources they read (watched meanwhile,
+	// though no stored policy reads them yet).
+	deferred map[store.Key]deferral
 	// prune asks the next write to delete the stored objects of kinds the
 	// source owns and no longer watches.
 	prune bool
@@ -74,10 +75,16 @@ type contextState struct {
 	apiWake chan struct{}
 }
 
+// deferral is a policy object waiting for the kinds it reads.
+type deferral struct {
+	since time.Time
+	refs  []engine.ResourceRef
+}
+
 func (c *contextState) init() {
 	c.unresolved = map[engine.ResourceRef]bool{}
 	c.skipped = map[schema.GroupKind]bool{}
-	c.deferred = map[store.Key]time.Time{}
+	c.deferred = map[store.Key]deferral{}
 	c.pendingData = map[store.Key]*manifest.Object{}
 	c.pendingDel = map[store.Key]bool{}
 	c.apiWake = make(chan struct{}, 1)
@@ -246,9 +253,24 @@ func (s *Source) watchable(gvk schema.GroupVersionKind) string {
 
 // contextRefs are the resources whose kinds snap needs watched: the
 // configured ones, the constant reads of its policies and its
-// kubernetesResource entries.
+// kubernetesResource entries, and those of the policies waiting for their
+// kinds to be listed (still in the cluster).
 func (s *Source) contextRefs(snap Snapshot) []engine.ResourceRef {
 	refs := append([]engine.ResourceRef(nil), s.cfg.ContextResources...)
+	for k, d := range s.cx.deferred {
+		s.mu.Lock()
+		w := s.watches[schema.GroupKind{Group: k.Group, Kind: k.Kind}]
+		s.mu.Unlock()
+		if w == nil {
+			delete(s.cx.deferred, k)
+			continue
+		}
+		if _, ok := get(w, k); !ok {
+			delete(s.cx.deferred, k) // gone from the cluster before it was written
+			continue
+		}
+		refs = append(refs, d.refs...)
+	}
 	refs = append(refs, engine.ConstantResources(s.policyReads(snap))...)
 	for _, e := range entriesOf(snap) {
 		if k := e.Spec.KubernetesResource; k != nil {
@@ -568,13 +590,14 @@ func (s *Source) admit(ctx context.Context, ups []item) []item {
 			continue
 		}
 		if waiting := s.unlisted(ctx, refs); len(waiting) > 0 {
-			since, ok := s.cx.deferred[it.key]
+			d, ok := s.cx.deferred[it.key]
 			if !ok {
-				since = time.Now()
-				s.cx.deferred[it.key] = since
+				d.since = time.Now()
 				s.log.Info("waiting for the kinds a policy reads to be listed before writing it", "object", it.key.String(), "kinds", waiting)
 			}
-			if time.Since(since) < s.cfg.SyncTimeout {
+			d.refs = refs
+			s.cx.deferred[it.key] = d
+			if time.Since(d.since) < s.cfg.SyncTimeout {
 				k := it.key
 				time.AfterFunc(time.Second, func() {
 					s.mu.Lock()

@@ -237,21 +237,21 @@ type Source struct {
 	owned map[schema.GroupKind]bool
 	// cx is the state of the context kinds and the apiCall fetches
 	// (context.go, apicall.go).
-	cx contextState
-	ready      chan struct{}
+	cx    contextState
+	ready chan struct{}
 
 	commits, rejects, watchErrors, relists, reconciles atomic.Uint64
 }
 
 // watch is one kind's informer.
 type watch struct {
-	gvk    schema.GroupVersionKind
-	gvr    schema.GroupVersionResource
-	param  bool
+	gvk   schema.GroupVersionKind
+	gvr   schema.GroupVersionResource
+	param bool
 	// context: objects of the kind are read by policies (context.go).
 	context bool
 	inf     cache.SharedIndexInformer
-	cancel context.CancelFunc
+	cancel  context.CancelFunc
 }
 
 // New prepares a source writing to srv (a *server.Server); Run starts it.
@@ -739,10 +739,10 @@ func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error
 			// The errors name objects outside the write (content it would
 			// break): find the culprits one change at a time.
 			if err := s.commitEach(ctx, wu, wd); err != nil {
-			return err
-		}
-		s.written(wu, wd)
-		return nil
+				return err
+			}
+			s.written(wu, wd)
+			return nil
 		}
 		ups, dels = kept, wd
 	}

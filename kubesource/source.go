@@ -385,6 +385,14 @@ func (s *Source) Run(ctx context.Context) error {
 		case <-retry.C:
 			s.retryUnresolved(ctx)
 		}
+		// At most one revision per CommitInterval, whatever woke the worker.
+		if d := time.Until(s.cx.lastCommit.Add(s.cfg.CommitInterval)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(d):
+			}
+		}
 	}
 }
 

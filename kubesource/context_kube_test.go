@@ -435,5 +435,6 @@ func TestGlobalContextEntries(t *testing.T) {
 
 	// Without the entry its data goes.
 	remove(t, gce(images, nil))
+	f.waitKey(gceKey(images), false, nil)
 	f.waitKey(dataKey(images), false, nil)
 }

@@ -217,10 +217,7 @@ func (c *cluster) reconcile(ctx context.Context) error {
 func (c *cluster) storedPolicies(snap Snapshot) []*policyInfo {
 	var out []*policyInfo
 	seen := map[store.Key]bool{}
-	snap.Range(func(k store.Key, o *manifest.Object) bool {
-		if !isStatusKind(k.Group, k.Kind) {
-			return true
-		}
+	rangeKinds(snap, statusGroupKinds, func(k store.Key, o *manifest.Object) bool {
 		seen[k] = true
 		si, ok := c.storedInfos[k]
 		if !ok || si.obj != o {

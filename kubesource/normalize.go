@@ -21,6 +21,8 @@ var fixedKinds = []kindSpec{
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}, []string{"v1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"}, []string{"v1"}},
 	{schema.GroupKind{Group: "", Kind: "Namespace"}, []string{"v1"}},
+	// The data of globalContext.Get (context.go, apicall.go).
+	{schema.GroupKind{Group: "kyverno.io", Kind: "GlobalContextEntry"}, []string{"v2", "v2beta1", "v2alpha1"}},
 }
 
 type kindSpec struct {

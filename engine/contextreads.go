@@ -66,6 +66,9 @@ func (ps *PolicySet) ResourceReads() []ResourceRead {
 	for _, p := range ps.AuthzPolicies() {
 		out = append(out, vpolReads(p.Kind, "", p.Name, p.Spec)...)
 	}
+	for _, p := range ps.ImagePolicies() {
+		out = append(out, ivpolReads(p.Kind, p.Namespace, p.Name, p.Spec)...)
+	}
 	return out
 }
 
@@ -114,12 +117,19 @@ func baseResource(r string) string {
 // An object whose spec does not decode is an error.
 func ResourceReadsOf(o *manifest.Object) ([]ResourceRead, error) {
 	class := Classify(o)
-	if class != ClassPolicy && class != ClassMutatingPolicy && class != ClassAuthzPolicy {
+	if class != ClassPolicy && class != ClassMutatingPolicy && class != ClassAuthzPolicy && class != ClassImagePolicy {
 		return nil, nil
 	}
 	raw, err := json.Marshal(o.Content)
 	if err != nil {
 		return nil, err
+	}
+	if class == ClassImagePolicy {
+		var ip kyvernoapi.ImageValidatingPolicy
+		if err := json.Unmarshal(raw, &ip); err != nil {
+			return nil, fmt.Errorf("decoding the %s: %w", o.Kind, err)
+		}
+		return ivpolReads(o.Kind, o.Namespace, o.Name, &ip.Spec), nil
 	}
 	if class == ClassMutatingPolicy {
 		var mp mpol.MutatingPolicy
@@ -182,6 +192,38 @@ func vpolReads(kind, namespace, name string, spec *kyvernoapi.ValidatingPolicySp
 		exprs = append(exprs, expr{fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), a.ValueExpression})
 	}
 	return readsOf(kind, namespace, name, kind == kyvernoapi.KindNamespacedValidatingPolicy, vars, names, exprs)
+}
+
+func ivpolReads(kind, namespace, name string, spec *kyvernoapi.ImageValidatingPolicySpec) []ResourceRead {
+	if spec == nil {
+		return nil
+	}
+	vars := make([]expr, len(spec.Variables))
+	names := make([]string, len(spec.Variables))
+	for i, v := range spec.Variables {
+		vars[i] = expr{fmt.Sprintf("spec.variables[%d].expression", i), v.Expression}
+		names[i] = v.Name
+	}
+	var exprs []expr
+	for i, mc := range spec.MatchConditions {
+		exprs = append(exprs, expr{fmt.Sprintf("spec.matchConditions[%d].expression", i), mc.Expression})
+	}
+	for i, m := range spec.MatchImageReferences {
+		if m.Expression != "" {
+			exprs = append(exprs, expr{fmt.Sprintf("spec.matchImageReferences[%d].expression", i), m.Expression})
+		}
+	}
+	for i, e := range spec.ImageExtractors {
+		exprs = append(exprs, expr{fmt.Sprintf("spec.images[%d].expression", i), e.Expression})
+	}
+	for i, v := range spec.Validations {
+		exprs = append(exprs, expr{fmt.Sprintf("spec.validations[%d].expression", i), v.Expression},
+			expr{fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression})
+	}
+	for i, a := range spec.AuditAnnotations {
+		exprs = append(exprs, expr{fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), a.ValueExpression})
+	}
+	return readsOf(kind, namespace, name, kind == kyvernoapi.KindNamespacedImageValidatingPolicy, vars, names, exprs)
 }
 
 func mpolReads(kind, namespace, name string, spec *mpol.MutatingPolicySpec) []ResourceRead {

@@ -59,6 +59,27 @@ spec:
         string(resource.Get('v1', 'namespaces', '', object.metadata.namespace).metadata.name)}}}
 ---
 apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata: {name: env-images}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  matchImageReferences:
+  - glob: "registry.local/*"
+  validationConfigurations: {verifyDigest: false, required: false}
+  variables:
+  - name: cm
+    expression: "resource.Get('v1', 'configmaps', object.metadata.namespace, 'policy-cm')"
+  attestors:
+  - name: notary
+    notary:
+      certs:
+        value: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+  validations:
+  - expression: "variables.cm.data.env == 'prod'"
+---
+apiVersion: policies.kyverno.io/v1
 kind: ValidatingPolicy
 metadata: {name: no-reads}
 spec:
@@ -102,6 +123,7 @@ ValidatingPolicy cm-limit spec.validations[2].expression resource.List(resource.
 NamespacedValidatingPolicy team/quota spec.validations[0].expression resource.List("v1", "resourcequotas") const=true
 NamespacedValidatingPolicy team/quota spec.validations[1].expression resource.Get("v1", ?) const=false
 MutatingPolicy owner-label spec.mutations[0].applyConfiguration.expression resource.Get("v1", "namespaces") const=true
+ImageValidatingPolicy env-images spec.variables[0].expression resource.Get("v1", "configmaps") const=true
 `
 	if got != want {
 		t.Fatalf("reads:\n%s\nwant:\n%s", got, want)

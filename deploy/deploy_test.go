@@ -1073,8 +1073,8 @@ func TestKubeSourceRBAC(t *testing.T) {
 		}
 	}
 	read := []string{"get", "list", "watch"}
-	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies", "policyexceptions"}, read, "")
-	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status"}, []string{"update"}, "")
+	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies", "imagevalidatingpolicies", "namespacedimagevalidatingpolicies", "policyexceptions"}, read, "")
+	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status", "imagevalidatingpolicies/status", "namespacedimagevalidatingpolicies/status"}, []string{"update"}, "")
 	add("admissionregistration.k8s.io", []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, read, "")
 	add("", []string{"namespaces"}, read, "")
 	add("", []string{"events"}, []string{"create", "patch"}, "")

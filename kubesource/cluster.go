@@ -31,8 +31,8 @@ import (
 
 // StatusConfig configures the policy status the primary writes
 // (Config.Status): status.conditionStatus of every ValidatingPolicy,
-// NamespacedValidatingPolicy, MutatingPolicy and NamespacedMutatingPolicy
-// in the cluster, as Kyverno 1.19 writes it, computed from the revision
+// NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy,
+// ImageValidatingPolicy and NamespacedImageValidatingPolicy in the cluster, as Kyverno 1.19 writes it, computed from the revision
 // the primary serves.
 type StatusConfig struct {
 	// ReportsUser is the user the RBACPermissionsGranted condition asks

@@ -17,6 +17,8 @@ var fixedKinds = []kindSpec{
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindMutatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedMutatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindImageValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedImageValidatingPolicy}, []string{"v1", "v1beta1"}},
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindPolicyException}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}, []string{"v1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"}, []string{"v1"}},

@@ -275,7 +275,7 @@ func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError)
 	}
 	p.variants = append(p.variants, base)
 	if !p.jsonMode {
-		configs, specs, err := autogenSpecs(spec)
+		configs, specs, err := AutogenSpecs(spec)
 		if err != nil {
 			return nil, manifest.Errorf(o, "spec", "autogen: %v", err)
 		}
@@ -291,10 +291,10 @@ func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError)
 	return p, nil
 }
 
-// autogenSpecs returns the autogen variants of a policy spec and their
+// AutogenSpecs returns the autogen variants of a policy spec and their
 // specs (Kyverno rewrites the whole spec, attestor and image expressions
 // included).
-func autogenSpecs(spec *ImageValidatingPolicySpec) ([]autogen.Config, []*ImageValidatingPolicySpec, error) {
+func AutogenSpecs(spec *ImageValidatingPolicySpec) ([]autogen.Config, []*ImageValidatingPolicySpec, error) {
 	var pc *kyvernoapi.PodControllers
 	if spec.Autogen != nil {
 		pc = spec.Autogen.PodControllers

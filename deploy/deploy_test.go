@@ -1025,7 +1025,7 @@ func TestMutatingWebhookConfiguration(t *testing.T) {
 // TestKubeSourceRBAC: the kube-source component (and managed-webhooks)
 // grant the server's account exactly what `serve --kube-source` uses:
 // reading the kinds it owns, updating only the status subresource of the
-// policies it writes the status of, and (managed webhooks) creating and
+// policies and GlobalContextEntries it writes the status of, and (managed webhooks) creating and
 // updating only the configurations it manages; nothing deleted, no
 // wildcard.
 func TestKubeSourceRBAC(t *testing.T) {
@@ -1074,15 +1074,17 @@ func TestKubeSourceRBAC(t *testing.T) {
 	}
 	read := []string{"get", "list", "watch"}
 	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies",
-		"deletingpolicies", "namespaceddeletingpolicies", "policyexceptions"}, read, "")
+		"imagevalidatingpolicies", "namespacedimagevalidatingpolicies", "deletingpolicies", "namespaceddeletingpolicies", "policyexceptions"}, read, "")
 	// The cleanup component: lastExecutionTime and the runs' Events (what
 	// the policies delete is aggregated, granted by the cluster).
 	add("policies.kyverno.io", []string{"deletingpolicies/status", "namespaceddeletingpolicies/status"}, []string{"patch"}, "")
 	add("events.k8s.io", []string{"events"}, []string{"create"}, "")
-	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status"}, []string{"update"}, "")
+	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status", "imagevalidatingpolicies/status", "namespacedimagevalidatingpolicies/status"}, []string{"update"}, "")
 	add("admissionregistration.k8s.io", []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, read, "")
 	add("", []string{"namespaces"}, read, "")
 	add("", []string{"events"}, []string{"create", "patch"}, "")
+	add("kyverno.io", []string{"globalcontextentries"}, read, "")
+	add("kyverno.io", []string{"globalcontextentries/status"}, []string{"update"}, "")
 	add("coordination.k8s.io", []string{"leases"}, []string{"create"}, "")
 	add("coordination.k8s.io", []string{"leases"}, []string{"get", "update"}, "arbiter-primary")
 	add("admissionregistration.k8s.io", []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, []string{"create"}, "")
@@ -1095,6 +1097,28 @@ func TestKubeSourceRBAC(t *testing.T) {
 	for g := range want {
 		if !got[g] {
 			t.Errorf("used but not granted: %+v", g)
+		}
+	}
+	// The params' and context kinds' rights: aggregated from labelled
+	// ClusterRoles, bound to the server's account.
+	for _, agg := range []struct{ role, label string }{
+		{"arbiter-kube-source-params", "arbiter.dev/aggregate-to-kube-source-params"},
+		{"arbiter-kube-source-context", "arbiter.dev/aggregate-to-kube-source-context"},
+	} {
+		var found, bound bool
+		for _, r := range all[*rbacv1.ClusterRole](m) {
+			if r.Name == agg.role && r.AggregationRule != nil && len(r.AggregationRule.ClusterRoleSelectors) == 1 &&
+				r.AggregationRule.ClusterRoleSelectors[0].MatchLabels[agg.label] == "true" && len(r.Rules) == 0 {
+				found = true
+			}
+		}
+		for _, b := range all[*rbacv1.ClusterRoleBinding](m) {
+			if b.RoleRef.Name == agg.role && len(b.Subjects) == 1 && b.Subjects[0].Name == "arbiter-server" && b.Subjects[0].Namespace == "arbiter" {
+				bound = true
+			}
+		}
+		if !found || !bound {
+			t.Errorf("%s: aggregated from %s: %v, bound to arbiter-server: %v", agg.role, agg.label, found, bound)
 		}
 	}
 	// The reporting identity: view for the server's account.

@@ -104,7 +104,7 @@ func deletingPolicy(name, schedule, ns, conditionExpr string) map[string]any {
 	}
 }
 
-func configMap(name, ns string, labelled bool) map[string]any {
+func cleanupConfigMap(name, ns string, labelled bool) map[string]any {
 	md := map[string]any{"name": name, "namespace": ns}
 	if labelled {
 		md["labels"] = map[string]any{"cleanup": "yes"}
@@ -245,13 +245,13 @@ func TestCleanupDeletesOldConfigMaps(t *testing.T) {
 	pol := deletingPolicy(name, "*/2 * * * * * *", ns, "time.now() - timestamp(object.metadata.creationTimestamp) > duration('8s')")
 	t.Cleanup(func() { remove(t, pol) })
 	for _, cm := range []string{"old-1", "old-2", "old-3", "spared", "was-spared"} {
-		apply(t, configMap(cm, ns, true))
+		apply(t, cleanupConfigMap(cm, ns, true))
 	}
-	apply(t, configMap("unlabelled", ns, false))
+	apply(t, cleanupConfigMap("unlabelled", ns, false))
 	apply(t, deletingException("spare", ns, name, "spared", ""))
 	apply(t, deletingException("expired", ns, name, "was-spared", "2020-01-01T00:00:00Z"))
 	time.Sleep(9 * time.Second)
-	apply(t, configMap("young", ns, true))
+	apply(t, cleanupConfigMap("young", ns, true))
 	apply(t, pol)
 	eventually(t, "the first run", func() bool { return lastExecution(t, name) != "" })
 	left := configMaps(t, ns)
@@ -314,7 +314,7 @@ func TestCleanupDryRun(t *testing.T) {
 			}
 			t.Cleanup(func() { remove(t, pol) })
 			for _, cm := range []string{"a", "b", "c"} {
-				apply(t, configMap(cm, ns, true))
+				apply(t, cleanupConfigMap(cm, ns, true))
 			}
 			apply(t, pol)
 			// Two runs at least.
@@ -363,7 +363,7 @@ func TestCleanupPrimaryStopsMidRun(t *testing.T) {
 	apply(t, namespace(ns, nil))
 	const n = 40
 	for i := range n {
-		apply(t, configMap(fmt.Sprintf("cm-%02d", i), ns, true))
+		apply(t, cleanupConfigMap(fmt.Sprintf("cm-%02d", i), ns, true))
 	}
 	var first atomic.Pointer[primary]
 	var deletions atomic.Int32
@@ -498,7 +498,7 @@ func TestCleanupDeployRBACSuffices(t *testing.T) {
 	}()
 	ns, name := unique("dpol-rbac"), unique("dpol-rbac")
 	apply(t, namespace(ns, nil))
-	apply(t, configMap("gone", ns, true))
+	apply(t, cleanupConfigMap("gone", ns, true))
 	pol := deletingPolicy(name, "*/2 * * * * * *", ns, "true")
 	t.Cleanup(func() { remove(t, pol) })
 	apply(t, pol)

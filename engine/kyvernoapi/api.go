@@ -23,6 +23,10 @@ const (
 	KindNamespacedMutatingPolicy   = "NamespacedMutatingPolicy"
 	KindDeletingPolicy             = "DeletingPolicy"
 	KindNamespacedDeletingPolicy   = "NamespacedDeletingPolicy"
+	// KindImageValidatingPolicy and KindNamespacedImageValidatingPolicy
+	// verify image signatures and attestations (engine/ivpol).
+	KindImageValidatingPolicy           = "ImageValidatingPolicy"
+	KindNamespacedImageValidatingPolicy = "NamespacedImageValidatingPolicy"
 )
 
 // IsNamespacedKind says whether a policy kind is the namespaced flavour of

@@ -100,6 +100,12 @@ type Config struct {
 	ImageData kyvernocel.ImageDataContext
 	HTTP      kyvernocel.HTTPContext
 	Poster    clusterdata.Poster
+	// ImageVerifier serves ImageValidatingPolicies in decisions: image
+	// reads, signature and attestation verification, digest pinning (nil:
+	// their verification functions and digest pinning are error results
+	// naming what is unavailable). An *imageverify.Verifier also gives the
+	// arbiter_image_* metrics when Metrics is set.
+	ImageVerifier kyvernocel.ImageVerifier
 }
 
 // Server is an Arbiter replica.

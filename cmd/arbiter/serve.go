@@ -15,6 +15,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/callout"
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/imagedata"
+	"github.com/arbiter-pdp/arbiter/imageverify"
 	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/server/limits"
@@ -64,6 +65,11 @@ type serveOptions struct {
 	// registry access (nil: not configured; such calls are errors).
 	callout   *callout.Config
 	imageData *imagedata.Config
+	// imageVerification is the `imageVerification:` section, images the
+	// --image-verification-config and --no-image-verification flags: the
+	// image verifier of ImageValidatingPolicies.
+	imageVerification *imageverify.Config
+	images            imageVerifierFlags
 
 	// kube are the --kube-source flags (kube.go).
 	kube kubeOptions
@@ -120,6 +126,7 @@ served for --drain-delay, in-flight calls finish (bounded by
 					return err
 				}
 				o.authorization, o.callout, o.imageData = sec.authorization, sec.callout, sec.imageData
+				o.imageVerification = sec.imageVerification
 			}
 			return runServe(cmd.Context(), &o)
 		},
@@ -178,6 +185,7 @@ func addServeFlags(f *pflag.FlagSet, o *serveOptions) {
 	f.Float64Var(&o.decisionLog.sampleDenied, "decision-log-sample-denied", 1, "fraction of denied decisions logged")
 	f.BoolVar(&o.decisionLog.objects, "decision-log-objects", false, "include the request's object and oldObject (masked) in decision log lines")
 	f.StringArrayVar(&o.decisionLog.masks, "decision-log-mask", decisionlog.DefaultMasks, `field masked in logged objects, KIND:PATH ("*" kind: every kind; "none": no masks; repeatable)`)
+	o.images.add(f)
 	addKubeFlags(f, &o.kube)
 }
 
@@ -284,7 +292,10 @@ func decisionLogConfig(o *decisionLogOptions) *decisionlog.Config {
 // callout and imageData sections: http.* and resource.Post (through the
 // Kubernetes API server of --kube-source, when given) and
 // image.GetMetadata. Without a section those calls are error results
-// naming what is not configured.
+// naming what is not configured. ImageValidatingPolicies get the image
+// verifier of the imageVerification section or
+// --image-verification-config (defaults without either), unless
+// --no-image-verification.
 func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error {
 	if o.callout != nil {
 		opts := callout.Options{Logger: log}
@@ -311,6 +322,16 @@ func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error
 			return exitWith(exitLoad, "--config: imageData: %v", err)
 		}
 		cfg.ImageData = f
+	}
+	iv, err := o.images.build(o.imageVerification, imageverify.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	if iv != nil {
+		cfg.ImageVerifier = iv
+		c := iv.Config()
+		log.Info("image verification on", "timeout", time.Duration(c.Timeout), "cache_ttl", time.Duration(c.CacheTTL),
+			"max_concurrent", c.MaxConcurrent, "insecure_registries", c.InsecureRegistries, "trusted_root", c.TrustedRoot != "")
 	}
 	return nil
 }

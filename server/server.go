@@ -35,6 +35,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/imageverify"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/authz"
 	"github.com/arbiter-pdp/arbiter/server/limits"
@@ -222,6 +223,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.registerOps()
+	if iv, ok := cfg.ImageVerifier.(*imageverify.Verifier); ok && cfg.Metrics != nil {
+		cfg.Metrics.RegisterImageVerification(func() metrics.ImageVerification {
+			st := iv.Stats()
+			return metrics.ImageVerification{CacheHits: st.CacheHits, CacheMisses: st.CacheMisses,
+				Verifications: st.Verifications, Failures: st.Failures, Errors: st.Errors,
+				RegistryRequests: st.RegistryRequests, RegistryErrors: st.RegistryErrors,
+				RegistryLatency: st.RegistryLatency, MaxInFlight: st.MaxInFlight}
+		})
+	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.runCtx, s.stop = runCtx, cancel

@@ -3,13 +3,17 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/imageverify"
+	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	"github.com/arbiter-pdp/arbiter/internal/ivtest"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
@@ -199,5 +203,56 @@ func TestImageVerificationOverGRPC(t *testing.T) {
 	}
 	if got := gather(t, m, "arbiter_image_registry_errors_total", nil); got < 1 {
 		t.Errorf("arbiter_image_registry_errors_total = %v after the registry went down", got)
+	}
+}
+
+// BenchmarkDecideImageVerification: Decide over gRPC on loopback of a Pod
+// with 3 containers against a cosign public-key ImageValidatingPolicy,
+// the verifications cached (the first decision, before the timer, reads
+// and verifies the images). tags: the admission call that pins the 3 tags
+// to their digests (tags resolved from memory for tagTTL) and validates;
+// digests: the webhook's validating call of the pinned Pod.
+func BenchmarkDecideImageVerification(b *testing.B) {
+	gctune.Apply() // as arbiter serve does
+	r := ivtest.NewRegistry(b)
+	key := ivtest.NewCosignKey(b)
+	var tags, digests []string
+	for i := range 3 {
+		d := r.Push(fmt.Sprintf("app%d:v1", i))
+		key.Sign(b, d)
+		tags = append(tags, r.Ref(fmt.Sprintf("app%d:v1", i)))
+		digests = append(digests, r.Ref(fmt.Sprintf("app%d:v1", i))+"@"+d.DigestStr())
+	}
+	ts := startImageServer(b, r, key, nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		req    *arbiterv1.DecideRequest
+		pinned bool
+	}{
+		{"tags", imagePod("app", tags...), true},
+		{"digests", &arbiterv1.DecideRequest{ObjectJson: imagePod("app", digests...).GetObjectJson(), Stages: arbiterv1.Stages_STAGES_VALIDATE_ONLY}, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			check := func() {
+				resp, err := ts.c.Decide(ctx, c.req)
+				if err != nil || !resp.GetAllowed() || (len(resp.GetPatch()) > 0) != c.pinned {
+					b.Fatal(resp, err)
+				}
+			}
+			check()
+			lat := make([]time.Duration, 0, 1<<16)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				check()
+				lat = append(lat, time.Since(start))
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/10].Microseconds()), "µs-p10")
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "µs-median")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "µs-p99")
+		})
 	}
 }

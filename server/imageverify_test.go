@@ -2,13 +2,17 @@ package server_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -254,5 +258,74 @@ func BenchmarkDecideImageVerification(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "µs-median")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "µs-p99")
 		})
+	}
+}
+
+// TestImageVerificationPullSecrets: a policy's credentials.secrets are
+// resolved from the v1 Secrets the server stores (StoreSecrets): before
+// the Secret is stored the registry answers 401 (an error, denied);
+// once it is, the image is read and verified.
+func TestImageVerificationPullSecrets(t *testing.T) {
+	r := ivtest.NewAuthRegistry(t, "robot", "s3cret")
+	key := ivtest.NewCosignKey(t)
+	d := r.Push("app:v1")
+	r.Sign(key, d)
+	var srv atomic.Pointer[server.Server]
+	v, err := imageverify.New(imageverify.Config{InsecureRegistries: []string{r.Host}}, imageverify.Options{Logger: quietLogger(),
+		SecretKeychain: func(namespace string, names []string) authn.Keychain {
+			return srv.Load().PullSecretsKeychain(namespace, names)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, server.Config{ImageVerifier: v, StoreSecrets: true})
+	srv.Store(ts.Server)
+	ctx := context.Background()
+	policy := r.Policy("private-images", key)
+	policy["spec"].(map[string]any)["credentials"] = map[string]any{"secrets": []any{"apps/regcred"}}
+	if _, err := ts.LoadObjects(ctx, []*manifest.Object{manifest.NewObject("ivpol", policy)}); err != nil {
+		t.Fatal(err)
+	}
+	req := &arbiterv1.DecideRequest{ObjectJson: imagePod("private", d.String()).GetObjectJson(), Stages: arbiterv1.Stages_STAGES_VALIDATE_ONLY}
+
+	resp, err := ts.c.Decide(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := resp.GetStatus().GetMessage(); resp.GetAllowed() || !strings.HasPrefix(msg, "Policy private-images error: ") || !strings.Contains(msg, "UNAUTHORIZED") {
+		t.Fatalf("without the secret: allowed %v, message %q", resp.GetAllowed(), msg)
+	}
+
+	auth := base64.StdEncoding.EncodeToString([]byte("robot:s3cret"))
+	dockerConfig := `{"auths":{"` + r.Host + `":{"auth":"` + auth + `"}}}`
+	secret := map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "regcred", "namespace": "apps"},
+		"type": "kubernetes.io/dockerconfigjson", "data": map[string]any{".dockerconfigjson": base64.StdEncoding.EncodeToString([]byte(dockerConfig))}}
+	if _, err := ts.LoadObjects(ctx, []*manifest.Object{manifest.NewObject("secret", secret)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = ts.c.Decide(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.GetAllowed() || len(resp.GetResults()) != 1 || resp.GetResults()[0].GetPolicy() != "private-images" || resp.GetResults()[0].GetResult() != "pass" {
+		t.Fatalf("with the secret: allowed %v, message %q: %v", resp.GetAllowed(), resp.GetStatus().GetMessage(), resp.GetResults())
+	}
+
+	// A bare name is a Secret of the namespace given (the policy's).
+	reg, err := name.NewRegistry(r.Host, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		namespace, secret, user string
+	}{{"apps", "regcred", "robot"}, {"", "apps/regcred", "robot"}, {"other", "regcred", ""}, {"apps", "missing", ""}} {
+		a, err := ts.PullSecretsKeychain(c.namespace, []string{c.secret}).Resolve(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := a.Authorization()
+		if err != nil || cfg.Username != c.user {
+			t.Errorf("secret %q in namespace %q: user %q (%v), want %q", c.secret, c.namespace, cfg.Username, err, c.user)
+		}
 	}
 }

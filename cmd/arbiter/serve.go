@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -231,6 +233,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// started is the server once it exists (what the image verifier
+	// reads pull secrets from).
+	var started atomic.Pointer[server.Server]
 	cfg := server.RunConfig{
 		Server: server.Config{
 			DataDir:           o.data,
@@ -247,15 +252,18 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			FollowDialOptions: sec.FollowDialOptions,
 			StoreSecrets:      o.storeSecrets,
 		},
-		Listen:             o.listen,
-		Load:               objs,
-		ServiceVersion:     version(),
-		MetricsListen:      o.metricsListen,
-		Pprof:              o.pprof,
-		GatewayListen:      o.gatewayListen,
-		CORSOrigins:        o.corsOrigins,
-		GatewayTLS:         sec.TLSConfig,
-		Start:              func(srv *server.Server, listen string) error { return startKube(srv, o, listen, log) },
+		Listen:         o.listen,
+		Load:           objs,
+		ServiceVersion: version(),
+		MetricsListen:  o.metricsListen,
+		Pprof:          o.pprof,
+		GatewayListen:  o.gatewayListen,
+		CORSOrigins:    o.corsOrigins,
+		GatewayTLS:     sec.TLSConfig,
+		Start: func(srv *server.Server, listen string) error {
+			started.Store(srv)
+			return startKube(srv, o, listen, log)
+		},
 		Signals:            []os.Signal{os.Interrupt, syscall.SIGTERM},
 		ShutdownTimeout:    o.shutdownTimeout,
 		TLS:                o.tlsCert != "",
@@ -265,7 +273,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if o.decisionLog.output != "" {
 		cfg.DecisionLog = decisionLogConfig(&o.decisionLog)
 	}
-	if err := configureCalls(&cfg.Server, o, log); err != nil {
+	if err := configureCalls(&cfg.Server, o, log, &started); err != nil {
 		return err
 	}
 	return server.Run(ctx, cfg)
@@ -296,7 +304,13 @@ func decisionLogConfig(o *decisionLogOptions) *decisionlog.Config {
 // verifier of the imageVerification section or
 // --image-verification-config (defaults without either), unless
 // --no-image-verification.
-func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error {
+//
+// The verifier resolves a policy's credentials.secrets from the Secrets
+// the server stores (--store-secrets, or the Kubernetes source): a bare
+// name of a cluster-wide policy names a Secret of $POD_NAMESPACE (the
+// service account's namespace in a cluster, else default), as Kyverno's
+// name Secrets of its own namespace.
+func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger, started *atomic.Pointer[server.Server]) error {
 	if o.callout != nil {
 		opts := callout.Options{Logger: log}
 		if o.kube.enabled {
@@ -323,7 +337,18 @@ func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error
 		}
 		cfg.ImageData = f
 	}
-	iv, err := o.images.build(o.imageVerification, imageverify.Options{Logger: log})
+	secretsNamespace := podNamespace()
+	secrets := func(namespace string, names []string) authn.Keychain {
+		srv := started.Load()
+		if srv == nil {
+			return authn.NewMultiKeychain()
+		}
+		if namespace == "" {
+			namespace = secretsNamespace
+		}
+		return srv.PullSecretsKeychain(namespace, names)
+	}
+	iv, err := o.images.build(o.imageVerification, imageverify.Options{Logger: log, SecretKeychain: secrets})
 	if err != nil {
 		return err
 	}

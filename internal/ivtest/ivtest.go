@@ -16,10 +16,12 @@ import (
 	"encoding/pem"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
@@ -33,8 +35,9 @@ import (
 
 // Registry is an in-process OCI registry over plain HTTP on loopback.
 type Registry struct {
-	t   testing.TB
-	srv *httptest.Server
+	t    testing.TB
+	srv  *httptest.Server
+	auth *authn.Basic
 	// Host is the registry's host:port (for insecureRegistries and image
 	// references).
 	Host string
@@ -42,10 +45,40 @@ type Registry struct {
 
 // NewRegistry starts a registry, stopped when the test ends.
 func NewRegistry(t testing.TB) *Registry {
+	return newRegistry(t, nil)
+}
+
+// NewAuthRegistry starts a registry that answers 401 to requests without
+// the basic credentials user:password (Push and Sign give them).
+func NewAuthRegistry(t testing.TB, user, password string) *Registry {
+	return newRegistry(t, &authn.Basic{Username: user, Password: password})
+}
+
+func newRegistry(t testing.TB, auth *authn.Basic) *Registry {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0))))
+	var h http.Handler = registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0)))
+	if auth != nil {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if u, p, ok := req.BasicAuth(); !ok || u != auth.Username || p != auth.Password {
+				w.Header().Set("WWW-Authenticate", `Basic realm="ivtest"`)
+				http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+				return
+			}
+			inner.ServeHTTP(w, req)
+		})
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &Registry{t: t, srv: srv, Host: strings.TrimPrefix(srv.URL, "http://")}
+	return &Registry{t: t, srv: srv, auth: auth, Host: strings.TrimPrefix(srv.URL, "http://")}
+}
+
+// remote are the options of the registry's writes.
+func (r *Registry) remote() []remote.Option {
+	if r.auth == nil {
+		return nil
+	}
+	return []remote.Option{remote.WithAuth(r.auth)}
 }
 
 // Stop stops the registry: its address then refuses connections.
@@ -68,7 +101,7 @@ func (r *Registry) Push(repoTag string) name.Digest {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := remote.Write(ref, img); err != nil {
+	if err := remote.Write(ref, img, r.remote()...); err != nil {
 		r.t.Fatal(err)
 	}
 	d, err := img.Digest()
@@ -103,9 +136,22 @@ func NewCosignKey(t testing.TB) *CosignKey {
 	return &CosignKey{sv: sv, PEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))}
 }
 
+// Sign attaches a cosign signature of the image d of r (a simple signing
+// payload naming d, signed with key, pushed as d's .sig tag).
+func (r *Registry) Sign(key *CosignKey, d name.Digest) {
+	r.t.Helper()
+	key.sign(r.t, d, r.remote()...)
+}
+
 // Sign attaches a cosign signature of the image d (a simple signing
-// payload naming d, signed with the key, pushed as d's .sig tag).
+// payload naming d, signed with the key, pushed as d's .sig tag) to a
+// registry without authentication.
 func (k *CosignKey) Sign(t testing.TB, d name.Digest) {
+	t.Helper()
+	k.sign(t, d)
+}
+
+func (k *CosignKey) sign(t testing.TB, d name.Digest, opts ...remote.Option) {
 	t.Helper()
 	payload, err := (&sigpayload.Cosign{Image: d}).MarshalJSON()
 	if err != nil {
@@ -119,11 +165,15 @@ func (k *CosignKey) Sign(t testing.TB, d name.Digest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	se, err := cosignmutate.AttachSignatureToEntity(ociremote.SignedUnknown(d), ociSig)
+	var ro []ociremote.Option
+	if len(opts) > 0 {
+		ro = append(ro, ociremote.WithRemoteOptions(opts...))
+	}
+	se, err := cosignmutate.AttachSignatureToEntity(ociremote.SignedUnknown(d, ro...), ociSig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ociremote.WriteSignatures(d.Repository, se); err != nil {
+	if err := ociremote.WriteSignatures(d.Repository, se, ro...); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -56,7 +56,7 @@ func NewAuthRegistry(t testing.TB, user, password string) *Registry {
 
 func newRegistry(t testing.TB, auth *authn.Basic) *Registry {
 	t.Helper()
-	var h http.Handler = registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0)))
+	h := registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0)))
 	if auth != nil {
 		inner := h
 		h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

@@ -140,7 +140,7 @@ func NewCosignKey(t testing.TB) *CosignKey {
 // payload naming d, signed with key, pushed as d's .sig tag).
 func (r *Registry) Sign(key *CosignKey, d name.Digest) {
 	r.t.Helper()
-	key.sign(r.t, d, r.remote()...)
+	key.sign(r.t, d, d, nil, r.remote()...)
 }
 
 // Sign attaches a cosign signature of the image d (a simple signing
@@ -148,12 +148,22 @@ func (r *Registry) Sign(key *CosignKey, d name.Digest) {
 // registry without authentication.
 func (k *CosignKey) Sign(t testing.TB, d name.Digest) {
 	t.Helper()
-	k.sign(t, d)
+	k.sign(t, d, d, nil)
 }
 
-func (k *CosignKey) sign(t testing.TB, d name.Digest, opts ...remote.Option) {
+// SignAs attaches to the image d a cosign signature whose payload names
+// claimed (d itself, or another digest for a tampered signature) with
+// annotations (also set on the signature layer).
+func (k *CosignKey) SignAs(t testing.TB, d, claimed name.Digest, annotations map[string]any) {
 	t.Helper()
-	payload, err := (&sigpayload.Cosign{Image: d}).MarshalJSON()
+	k.sign(t, d, claimed, annotations)
+}
+
+// Signer is the key's signer (to sign attestations).
+func (k *CosignKey) Signer() signature.SignerVerifier { return k.sv }
+
+func (k *CosignKey) sign(t testing.TB, d, claimed name.Digest, annotations map[string]any, opts ...remote.Option) {
+	payload, err := (&sigpayload.Cosign{Image: claimed, Annotations: annotations}).MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +171,15 @@ func (k *CosignKey) sign(t testing.TB, d name.Digest, opts ...remote.Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ociSig, err := cosignstatic.NewSignature(payload, base64.StdEncoding.EncodeToString(sig))
+	var sopts []cosignstatic.Option
+	if len(annotations) > 0 {
+		layer := map[string]string{}
+		for k, v := range annotations {
+			layer[k], _ = v.(string)
+		}
+		sopts = append(sopts, cosignstatic.WithAnnotations(layer))
+	}
+	ociSig, err := cosignstatic.NewSignature(payload, base64.StdEncoding.EncodeToString(sig), sopts...)
 	if err != nil {
 		t.Fatal(err)
 	}

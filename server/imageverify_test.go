@@ -329,3 +329,36 @@ func TestImageVerificationPullSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestImageVerificationRegistryDownIgnore: failurePolicy Ignore does not
+// admit an image that cannot be read (Kyverno's webhook consults it only
+// for matchConditions and exception errors): the error denies under Deny.
+func TestImageVerificationRegistryDownIgnore(t *testing.T) {
+	r := ivtest.NewRegistry(t)
+	key := ivtest.NewCosignKey(t)
+	d := r.Push("app:v1")
+	key.Sign(t, d)
+	v, err := imageverify.New(imageverify.Config{InsecureRegistries: []string{r.Host}}, imageverify.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, server.Config{ImageVerifier: v})
+	policy := r.Policy("signed-images", key)
+	policy["spec"].(map[string]any)["failurePolicy"] = "Ignore"
+	if _, err := ts.LoadObjects(context.Background(), []*manifest.Object{manifest.NewObject("ivpol", policy)}); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop()
+	for _, req := range []*arbiterv1.DecideRequest{
+		imagePod("tag", r.Ref("app:v1")),
+		{ObjectJson: imagePod("digest", d.String()).GetObjectJson(), Stages: arbiterv1.Stages_STAGES_VALIDATE_ONLY},
+	} {
+		resp, err := ts.c.Decide(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetAllowed() || !strings.HasPrefix(resp.GetStatus().GetMessage(), "Policy signed-images error: ") {
+			t.Errorf("registry down, failurePolicy Ignore, %s: allowed %v, message %q", req.GetObjectJson(), resp.GetAllowed(), resp.GetStatus().GetMessage())
+		}
+	}
+}

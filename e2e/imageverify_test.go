@@ -22,6 +22,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -161,7 +162,8 @@ func grepLines(s, sub string) string {
 // /mutate and /validate → `arbiter serve` with an ImageValidatingPolicy:
 // a Pod of a signed image given by tag is admitted and stored with the
 // tag pinned to the verified digest; a Pod of an unsigned image is denied
-// with the policy's message.
+// with the policy's message; the same for Deployments (autogen: the pod
+// template is pinned).
 func TestImageVerificationThroughAPIServer(t *testing.T) {
 	api := k8stest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -236,6 +238,28 @@ func TestImageVerificationThroughAPIServer(t *testing.T) {
 	}
 	if _, err := pods.Get(ctx, "unsigned", metav1.GetOptions{}); err == nil {
 		t.Errorf("the unsigned Pod was stored")
+	}
+
+	// A Deployment (the policy's autogen for Pod controllers): its pod
+	// template is pinned; an unsigned template image is denied.
+	one := int32(1)
+	deployment := func(name, image string) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.DeploymentSpec{Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: pod("", image).Spec}}}
+	}
+	deps := cs.AppsV1().Deployments(ns)
+	got, err := deps.Create(ctx, deployment("signed", r.Ref("app:v1")), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("CREATE a Deployment of a signed image: %v", err)
+	}
+	if img := got.Spec.Template.Spec.Containers[0].Image; img != pinned {
+		t.Errorf("stored Deployment template image %q, want %q", img, pinned)
+	}
+	_, err = deps.Create(ctx, deployment("unsigned", r.Ref("unsigned:v1")), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "Policy signed-images failed: images must be signed") {
+		t.Errorf("CREATE a Deployment of an unsigned image: %v", err)
 	}
 }
 

@@ -10,7 +10,7 @@ FUZZ_PARSE_EXECS ?= 80000x
 FUZZ_JSON_EXECS  ?= 200000x
 FUZZ_YAML_EXECS  ?= 100000x
 
-.PHONY: all build run test test-short test-k8s bench proto proto-check lint fuzz conformance clean loadtest hostile fuzz-server generate
+.PHONY: all build run test test-short test-k8s bench proto proto-check lint fuzz conformance clean loadtest loadtest-ghz hostile fuzz-server generate
 
 all: build
 
@@ -74,6 +74,18 @@ LOAD_SECONDS ?= 60
 loadtest:
 	ARBITER_LOADTEST=1 ARBITER_LOADTEST_RATE=$(LOAD_RATE) ARBITER_LOADTEST_DURATION=$(LOAD_SECONDS) \
 		$(GO) test -run '^TestLoad$$' -count=1 -v -timeout 10m ./server/
+
+# Cross-process load test with ghz (pinned in tools/go.mod), loopback only,
+# ~3 min: `arbiter serve --load` with 16 and 50 policies, both request shapes
+# (object_json, object as a Struct), decision log off and on; prints
+# decisions/s, p50/p99, server CPU µs per decision (/proc/PID/stat) beside
+# the engine's CPU per Evaluate, and Decide vs an empty health check.
+# GHZ_ARGS adds flags (-arbiter OLD,NEW -rounds 3: alternate binaries;
+# -profile DIR: CPU profiles of the server). See docs/performance.md.
+GHZ_SECONDS ?= 8
+GHZ_ARGS    ?=
+loadtest-ghz: build
+	$(GO) run ./internal/loadtest -arbiter $(BIN) -duration $(GHZ_SECONDS)s $(GHZ_ARGS)
 
 # 100,000 hostile decision requests through the full server stack: expected
 # codes only, heap growth within 16 MiB (make test sends a few thousand).

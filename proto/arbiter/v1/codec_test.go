@@ -167,7 +167,7 @@ func TestDirtyPoolBuffersOverwritten(t *testing.T) {
 func decideRequestSeeds() []*DecideRequest {
 	pod, _ := structpb.NewStruct(map[string]any{"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": "p", "namespace": "ns", "labels": map[string]any{"app": "ü"}},
-		"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "nginx", "ports": []any{80.0, 1.5, nil, true}}}}})
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": "nginx", "ports": []any{80.0, 1.5, nil, true}}}}})
 	return []*DecideRequest{
 		{},
 		{Object: pod, Operation: Operation_OPERATION_UPDATE, OldObject: pod, Namespace: "ns", Name: "p", DryRun: true},

@@ -134,31 +134,27 @@ func unmarshalDecideRequest(data mem.BufferSlice, req *DecideRequest) error {
 	buf := data.MaterializeToBuffer(codecPool)
 	defer buf.Free()
 	b := buf.ReadOnlyData()
-	if !plainWire(b, req.ProtoReflect().Descriptor()) || req.UnmarshalVT(b) != nil {
+	if !plainWire(b, decideRequestWire()) || req.UnmarshalVT(b) != nil {
 		req.Reset()
 		return standard().Unmarshal(data, req)
 	}
 	return nil
 }
 
-// wireTypeOf reports whether typ is a wire type of the field fd.
-func wireTypeOf(fd protoreflect.FieldDescriptor, typ protowire.Type) bool {
+// wireTypeOf is the wire type of the field fd (of its elements, for a
+// list; packed lists of scalars are BytesType).
+func wireTypeOf(fd protoreflect.FieldDescriptor) protowire.Type {
 	switch fd.Kind() {
 	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.MessageKind:
-		return typ == protowire.BytesType
+		return protowire.BytesType
 	case protoreflect.GroupKind:
-		return false
-	}
-	if typ == protowire.BytesType {
-		return fd.IsList() // packed
-	}
-	switch fd.Kind() {
+		return protowire.StartGroupType
 	case protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind, protoreflect.FloatKind:
-		return typ == protowire.Fixed32Type
+		return protowire.Fixed32Type
 	case protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind, protoreflect.DoubleKind:
-		return typ == protowire.Fixed64Type
+		return protowire.Fixed64Type
 	}
-	return typ == protowire.VarintType
+	return protowire.VarintType
 }
 
 // maxVTRequestBytes bounds the requests unmarshalDecideRequest decodes with
@@ -169,16 +165,15 @@ func wireTypeOf(fd protoreflect.FieldDescriptor, typ protowire.Type) bool {
 // go through the standard codec.
 const maxVTRequestBytes = 16 << 10
 
-// plainWire reports whether the encoded message b, of type md, is well
+// plainWire reports whether the encoded message b, of type m, is well
 // formed, holds no group (proto3 has none; the decoders skip unknown ones
 // differently), no singular field twice in one message (as encoders write
-// them), and every string field of it and of the messages it holds
-// (map entries included) is valid UTF-8, as the standard codec checks them
-// (all of Arbiter's and struct.proto's strings are proto3): each
-// occurrence of a field, even one a later occurrence replaces; and no
-// unknown field, nor a known one of another wire type than its own.
-func plainWire(b []byte, md protoreflect.MessageDescriptor) bool {
-	fields := md.Fields()
+// them), and every string field of it and of the messages it holds (map
+// entries included) is valid UTF-8, as the standard codec checks them (all
+// of Arbiter's and struct.proto's strings are proto3): each occurrence of
+// a field, even one a later occurrence replaces; and no unknown field, nor
+// a known one of another wire type than its own.
+func plainWire(b []byte, m *wireMessage) bool {
 	var seen uint64
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -196,39 +191,92 @@ func plainWire(b []byte, md protoreflect.MessageDescriptor) bool {
 			return false
 		}
 		b = b[n:]
-		fd := fields.ByNumber(num)
-		if fd == nil || !wireTypeOf(fd, typ) {
+		if int(num) >= len(m.fields) {
+			return false // unknown
+		}
+		f := &m.fields[num]
+		if !f.known || typ != f.typ && !(typ == protowire.BytesType && f.packed) {
 			// An unknown field (vtprotobuf drops those of a Struct), or
 			// a known one of another wire type (unknown to the standard
 			// codec; vtprotobuf refuses it, or reads it as the field in
 			// a map entry).
 			return false
 		}
-		if fd.Cardinality() != protoreflect.Repeated {
+		if f.bit != 0 {
 			// Singular fields (and a oneof's) once each: the decoders
 			// merge repeated occurrences differently.
-			bit := uint64(1) << (fd.Index() % 64)
-			if o := fd.ContainingOneof(); o != nil {
-				bit = uint64(1) << (63 - o.Index()%32)
-			}
-			if seen&bit != 0 {
+			if seen&f.bit != 0 {
 				return false
 			}
-			seen |= bit
+			seen |= f.bit
 		}
-		switch fd.Kind() {
-		case protoreflect.StringKind:
+		switch {
+		case f.str:
 			if !utf8.Valid(v) {
 				return false
 			}
-		case protoreflect.MessageKind:
-			if !plainWire(v, fd.Message()) {
+		case f.msg != nil:
+			if !plainWire(v, f.msg) {
 				return false
 			}
 		}
 	}
 	return true
 }
+
+// wireMessage is what plainWire needs of a message type, by field number.
+type wireMessage struct {
+	fields []wireField
+}
+
+type wireField struct {
+	known  bool
+	typ    protowire.Type // its wire type
+	packed bool           // a list of scalars: BytesType too
+	str    bool
+	msg    *wireMessage
+	bit    uint64 // a singular field's (or its oneof's) bit; 0 if repeated
+}
+
+// wireMessageOf builds the wireMessage of md and of the messages it holds.
+func wireMessageOf(md protoreflect.MessageDescriptor, done map[protoreflect.FullName]*wireMessage) *wireMessage {
+	if m := done[md.FullName()]; m != nil {
+		return m
+	}
+	m := &wireMessage{}
+	done[md.FullName()] = m
+	fds := md.Fields()
+	top := 0
+	for i := range fds.Len() {
+		top = max(top, int(fds.Get(i).Number()))
+	}
+	m.fields = make([]wireField, top+1)
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		f := wireField{known: true, typ: wireTypeOf(fd)}
+		if fd.Kind() == protoreflect.GroupKind {
+			f.known = false
+		}
+		f.packed = fd.IsList() && f.typ != protowire.BytesType
+		f.str = fd.Kind() == protoreflect.StringKind
+		if fd.Kind() == protoreflect.MessageKind {
+			f.msg = wireMessageOf(fd.Message(), done)
+		}
+		if fd.Cardinality() != protoreflect.Repeated {
+			f.bit = 1 << (fd.Index() % 32)
+			if o := fd.ContainingOneof(); o != nil {
+				f.bit = 1 << (32 + o.Index()%32)
+			}
+		}
+		m.fields[fd.Number()] = f
+	}
+	return m
+}
+
+// decideRequestWire is DecideRequest's wireMessage.
+var decideRequestWire = sync.OnceValue(func() *wireMessage {
+	return wireMessageOf((&DecideRequest{}).ProtoReflect().Descriptor(), map[protoreflect.FullName]*wireMessage{})
+})
 
 // codecPool holds the codecs' buffers. It is gRPC's default pool without
 // the zeroing of every buffer it hands out (of its whole capacity: a

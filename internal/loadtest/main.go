@@ -72,7 +72,7 @@ func main() {
 	var binaries, policies, shapes, logs, ghz string
 	flag.StringVar(&binaries, "arbiter", "bin/arbiter", "arbiter binaries to measure, comma-separated (measured alternately)")
 	flag.StringVar(&policies, "policies", "16,50", "policy counts: 16 is deploy/examples; more adds renamed copies of its policies")
-	flag.StringVar(&shapes, "shapes", "object_json,object", "request shapes: object_json (bytes) and object (google.protobuf.Struct)")
+	flag.StringVar(&shapes, "shapes", "object_json,object,health", "request shapes: object_json (bytes), object (google.protobuf.Struct); health: an empty grpc.health.v1.Health/Check, the floor of a call")
 	flag.StringVar(&logs, "decision-log", "off,on", "decision log of the server: off, on (a file, default sampling), or both")
 	flag.IntVar(&c.concurrency, "concurrency", 8, "ghz concurrent requests in the saturated runs")
 	flag.IntVar(&c.rate, "rate", 2000, "fixed rate of the second run of each case (0: none)")
@@ -394,6 +394,8 @@ func requestData(shape string, podJSON []byte) ([]byte, error) {
 	switch shape {
 	case "object_json":
 		req.ObjectJson = podJSON
+	case "health":
+		return []byte("{}"), nil
 	case "object":
 		var m map[string]any
 		if err := json.Unmarshal(podJSON, &m); err != nil {
@@ -425,15 +427,19 @@ func runCase(c config, label, bin string, n int, dir, decisionLog string, podJSO
 		if err := os.WriteFile(dataFile, data, 0o644); err != nil {
 			return err
 		}
+		call := "arbiter.v1.DecisionService/Decide"
+		if shape == "health" {
+			call = "grpc.health.v1.Health/Check"
+		}
 		// A short warm-up, not reported.
-		if _, _, err := s.ghz(c, dataFile, 2000, 0, c.concurrency, 0); err != nil {
+		if _, _, err := s.ghz(c, call, dataFile, 2000, 0, c.concurrency, 0); err != nil {
 			return err
 		}
 		runs := []struct {
 			name string
 			rate int
 		}{{"saturated", 0}}
-		if c.rate > 0 {
+		if c.rate > 0 && shape != "health" {
 			runs = append(runs, struct {
 				name string
 				rate int
@@ -441,12 +447,12 @@ func runCase(c config, label, bin string, n int, dir, decisionLog string, podJSO
 		}
 		for _, r := range runs {
 			var prof chan error
-			if c.profileDir != "" && r.rate == 0 {
+			if c.profileDir != "" && r.rate == 0 && shape != "health" {
 				prof = make(chan error, 1)
 				name := fmt.Sprintf("%s-%s-%dpol-%s-log%s-r%d.pprof", label, filepath.Base(bin), n, shape, decisionLog, round)
 				go func() { prof <- s.profile(filepath.Join(c.profileDir, name), c.duration-2*time.Second) }()
 			}
-			rep, cpu, err := s.ghz(c, dataFile, 0, c.duration, c.concurrency, r.rate)
+			rep, cpu, err := s.ghz(c, call, dataFile, 0, c.duration, c.concurrency, r.rate)
 			if err != nil {
 				return err
 			}
@@ -478,11 +484,11 @@ func runCase(c config, label, bin string, n int, dir, decisionLog string, podJSO
 	return nil
 }
 
-// ghz runs ghz against the server: total calls, or for duration; at rate
+// ghz runs ghz against the server, calling call: total calls, or for duration; at rate
 // (0: as fast as the concurrency allows). It returns ghz's report and the
 // server CPU the run took.
-func (s *server) ghz(c config, dataFile string, total int, duration time.Duration, concurrency, rate int) (*ghzReport, time.Duration, error) {
-	args := append(slices.Clone(c.ghz[1:]), "--insecure", "--call", "arbiter.v1.DecisionService/Decide",
+func (s *server) ghz(c config, call, dataFile string, total int, duration time.Duration, concurrency, rate int) (*ghzReport, time.Duration, error) {
+	args := append(slices.Clone(c.ghz[1:]), "--insecure", "--call", call,
 		"-D", dataFile, "-c", strconv.Itoa(concurrency), "--connections", "1", "-O", "json",
 		"--disable-template-functions", "--disable-template-data")
 	if total > 0 {

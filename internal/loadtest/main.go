@@ -110,7 +110,7 @@ func run(c config) error {
 	if c.workDir, err = os.MkdirTemp("", "arbiter-loadtest-"); err != nil {
 		return err
 	}
-	defer os.RemoveAll(c.workDir)
+	defer func() { _ = os.RemoveAll(c.workDir) }()
 	for i, b := range c.binaries {
 		if c.binaries[i], err = filepath.Abs(b); err != nil {
 			return err
@@ -302,7 +302,7 @@ func startServer(c config, bin, policies, decisionLog string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close()
+	defer func() { _ = logFile.Close() }()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -537,7 +537,7 @@ func (s *server) profile(path string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("pprof: %s", resp.Status)
 	}
@@ -546,7 +546,7 @@ func (s *server) profile(path string, d time.Duration) error {
 		return err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()
@@ -569,7 +569,7 @@ func (s *server) sequential(c config, podJSON []byte, n int) (float64, float64, 
 	decide := func() error {
 		resp, err := dc.Decide(ctx, req)
 		if err == nil && len(resp.GetResults()) != n {
-			err = fmt.Errorf("Decide: %d results for %d policies", len(resp.GetResults()), n)
+			err = fmt.Errorf("decide: %d results for %d policies", len(resp.GetResults()), n)
 		}
 		return err
 	}

@@ -467,10 +467,14 @@ func runCase(c config, label, bin string, n int, dir, decisionLog string, podJSO
 				codes = append(codes, fmt.Sprintf("%s:%d", k, v))
 			}
 			slices.Sort(codes)
-			fmt.Printf("%-8s %-3d %-11s %-4s %-10s %10.0f %9.0f %9.0f %14.1f %12.1f %8.2f  %s\n",
+			ratio := fmt.Sprintf("%.2f", perDecision/engineUS)
+			if shape == "health" {
+				ratio = "-" // no decision
+			}
+			fmt.Printf("%-8s %-3d %-11s %-4s %-10s %10.0f %9.0f %9.0f %14.1f %12.1f %8s  %s\n",
 				label, n, shape, decisionLog, r.name, rep.RPS,
 				float64(rep.percentile(50))/1e3, float64(rep.percentile(99))/1e3,
-				perDecision, engineUS, perDecision/engineUS, strings.Join(codes, " "))
+				perDecision, engineUS, ratio, strings.Join(codes, " "))
 		}
 	}
 	if c.sequential > 0 && decisionLog == c.logs[0] {

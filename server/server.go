@@ -194,21 +194,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	})
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			switch c {
-			case codes.OK, codes.Canceled, codes.NotFound, codes.InvalidArgument, codes.FailedPrecondition, codes.Aborted:
-				return logging.LevelDebug
-			case codes.Internal, codes.Unknown, codes.DataLoss:
-				return logging.LevelError
-			}
-			return logging.LevelWarn
-		}),
+		logging.WithLevels(callLogLevel),
 	}
 	recoveryOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		s.log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error")
 	})
-	unary, streams := s.interceptors(recovery.UnaryServerInterceptor(recoveryOpt), logging.UnaryServerInterceptor(logger, logOpts...),
+	unary, streams := s.interceptors(recovery.UnaryServerInterceptor(recoveryOpt), logUnary(s.log, logger, callLogLevel),
 		recovery.StreamServerInterceptor(recoveryOpt), logging.StreamServerInterceptor(logger, logOpts...))
 	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(streams...)}, s.serverOptions()...)
 	opts = append(opts, cfg.GRPCOptions...)
@@ -483,4 +475,15 @@ func (s *Server) upsertBatch(objs []*manifest.Object) (store.Batch, error) {
 func (s *Server) isServing() bool {
 	resp, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: ServiceName})
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
+
+// callLogLevel is the level of a call's "finished call" log line.
+func callLogLevel(c codes.Code) logging.Level {
+	switch c {
+	case codes.OK, codes.Canceled, codes.NotFound, codes.InvalidArgument, codes.FailedPrecondition, codes.Aborted:
+		return logging.LevelDebug
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		return logging.LevelError
+	}
+	return logging.LevelWarn
 }

@@ -45,9 +45,17 @@ import (
 )
 
 const (
-	examplesDir = "examples"
+	examplesDir   = "examples"
+	chartDir      = "chart"
+	monitoringDir = "monitoring"
 	image       = "ghcr.io/arbiter-pdp/arbiter"
 )
+
+// notManifests are the directories under deploy/ that hold no kustomize
+// manifests: policies (examples), the Helm chart's templates and values
+// (chart_test.go) and the Prometheus rules and Grafana dashboard
+// (monitoring_test.go).
+var notManifests = map[string]bool{examplesDir: true, chartDir: true, monitoringDir: true}
 
 var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -213,7 +221,7 @@ func loadManifests(t *testing.T) *manifests {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path == examplesDir {
+		if d.IsDir() && notManifests[path] {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml") {
@@ -365,7 +373,7 @@ func TestKustomization(t *testing.T) {
 		files[d.file] = true
 	}
 	_ = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if d.IsDir() && path == examplesDir {
+		if d.IsDir() && notManifests[path] {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(path, ".yaml") && m.kustomizations[path] == nil {

@@ -48,7 +48,7 @@ const (
 	examplesDir   = "examples"
 	chartDir      = "chart"
 	monitoringDir = "monitoring"
-	image       = "ghcr.io/arbiter-pdp/arbiter"
+	image         = "ghcr.io/arbiter-pdp/arbiter"
 )
 
 // notManifests are the directories under deploy/ that hold no kustomize

@@ -30,6 +30,9 @@ test: proto-check lint
 	# The ValidatingAdmissionPolicy cases that exhaust the CEL cost budget,
 	# skipped under -race (too slow there).
 	$(GO) test -count=1 -run 'TestDifferential' ./engine/vap/
+	# deploy/monitoring: the alert rules and the dashboard against the
+	# metrics the servers export (a module of its own: Prometheus's deps).
+	cd deploy/monitoring && $(GO) test -count=1 .
 	# Fuzz budgets are execution counts, not durations: with a duration, Go 1.26's
 	# fuzz coordinator can fail at the deadline with "context deadline exceeded"
 	# and no failing input (golang/go#75804, fixed in Go 1.27).

@@ -474,6 +474,9 @@ func checkChart(t *testing.T, r *rendered, v valueSet, ns string) {
 				t.Errorf("%s: failurePolicy %s, timeout %d", h.meta.Name, *h.fp, *h.to)
 			}
 			me := h.ns.MatchExpressions
+			if want, _ := v.lookup(t, "webhook.namespaceSelector").(map[string]any)["matchLabels"].(map[string]any); len(want) != len(h.ns.MatchLabels) {
+				t.Errorf("%s: namespaceSelector matchLabels %v, want %v", h.meta.Name, h.ns.MatchLabels, want)
+			}
 			if len(me) != 1 || me[0].Key != "kubernetes.io/metadata.name" || me[0].Operator != metav1.LabelSelectorOpNotIn || !slices.Equal(me[0].Values, excluded) {
 				t.Errorf("%s: namespaceSelector %+v, want NotIn %v", h.meta.Name, h.ns, excluded)
 			}
@@ -832,6 +835,38 @@ func TestChartIsTheKustomization(t *testing.T) {
 			return x.Kind == c.Kind && x.Metadata.Name == c.Metadata.Name
 		})].Spec) {
 			t.Errorf("cert-manager %s %s (#%d) differs", c.Kind, c.Metadata.Name, i)
+		}
+	}
+}
+
+// TestChartWebhookURL: webhook.url puts the shim's URL in the webhooks
+// (clientConfig.url, /validate and /mutate appended) and
+// tls.webhookIPAddresses puts the address in the shim's certificate,
+// generated or from cert-manager.
+func TestChartWebhookURL(t *testing.T) {
+	v := valueSet{name: "push-generated", file: filepath.Join(chartDir, "ci", "push-generated-values.yaml")}
+	r := renderChart(t, chartNamespace, v, "webhook.url=https://127.0.0.1:8443/", "tls.webhookIPAddresses={127.0.0.1}", "webhook.mutating=true")
+	validateOpenAPI(t, r)
+	vwc := all[*admissionregistrationv1.ValidatingWebhookConfiguration](r.manifests)[0].Webhooks[0].ClientConfig
+	mwc := all[*admissionregistrationv1.MutatingWebhookConfiguration](r.manifests)[0].Webhooks[0].ClientConfig
+	if vwc.Service != nil || vwc.URL == nil || *vwc.URL != "https://127.0.0.1:8443/validate" || mwc.URL == nil || *mwc.URL != "https://127.0.0.1:8443/mutate" {
+		t.Fatalf("clientConfig %+v, %+v", vwc, mwc)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(vwc.CABundle)
+	s := find(r.manifests, "Secret", "arbiter-webhook-tls").(*corev1.Secret)
+	block, _ := pem.Decode(s.Data["tls.crt"])
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: pool}); err != nil {
+		t.Errorf("the shim's certificate for 127.0.0.1: %v", err)
+	}
+	r = renderChart(t, chartNamespace, valueSet{name: "default"}, "tls.webhookIPAddresses={127.0.0.1}")
+	for _, c := range r.certManager {
+		if c.Kind == "Certificate" && (c.Metadata.Name == "arbiter-webhook") != slices.Equal(c.Spec.IPAddresses, []string{"127.0.0.1"}) {
+			t.Errorf("Certificate %s: ipAddresses %v", c.Metadata.Name, c.Spec.IPAddresses)
 		}
 	}
 }

@@ -136,6 +136,7 @@ type certManagerObject struct {
 		CommonName  string   `json:"commonName,omitempty"`
 		SecretName  string   `json:"secretName,omitempty"`
 		DNSNames    []string `json:"dnsNames,omitempty"`
+		IPAddresses []string `json:"ipAddresses,omitempty"`
 		Duration    string   `json:"duration,omitempty"`
 		RenewBefore string   `json:"renewBefore,omitempty"`
 		Usages      []string `json:"usages,omitempty"`

@@ -62,7 +62,7 @@ at every upgrade (the processes reload them).
 {{- end -}}
 {{- $days := int .Values.tls.certDays -}}
 {{- $server := genSignedCert "arbiter-server" nil (list (printf "arbiter-primary.%s.svc" $ns) (printf "arbiter-primary.%s.svc.cluster.local" $ns) (printf "arbiter-decision.%s.svc" $ns) (printf "arbiter-decision.%s.svc.cluster.local" $ns)) $days $ca -}}
-{{- $webhook := genSignedCert (printf "arbiter-webhook.%s.svc" $ns) nil (list (printf "arbiter-webhook.%s.svc" $ns) (printf "arbiter-webhook.%s.svc.cluster.local" $ns)) $days $ca -}}
+{{- $webhook := genSignedCert (printf "arbiter-webhook.%s.svc" $ns) .Values.tls.webhookIPAddresses (list (printf "arbiter-webhook.%s.svc" $ns) (printf "arbiter-webhook.%s.svc.cluster.local" $ns)) $days $ca -}}
 {{- $client := genSignedCert "arbiter-webhook" nil nil $days $ca -}}
 {{- $admin := genSignedCert "arbiter-admin" nil nil $days $ca -}}
 {{- $_ := set .Values "_arbiterTLS" (dict "ca" $ca.Cert "caKey" $ca.Key "server" $server "webhook" $webhook "client" $client "admin" $admin) -}}

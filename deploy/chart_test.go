@@ -229,6 +229,9 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"kube.webhooks=managed", "values: kube.webhooks managed needs mode kube"},
 		{"webhook.timeoutSeconds=31", "values: webhook.timeoutSeconds 31: want 1 to 30"},
 		{"tls.source=existing", "values: tls.source existing needs tls.caBundle"},
+		// Helm merges maps: a budget given as minAvailable over the default
+		// maxUnavailable would have both, which the API server refuses.
+		{"followers.podDisruptionBudget.minAvailable=1", "values: followers.podDisruptionBudget: minAvailable and maxUnavailable are both set"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := helmOutput(t, "template", "arbiter", chartDir, "--kube-version", kubeVersion, "--set", tc.set)
@@ -415,6 +418,9 @@ func checkChart(t *testing.T, r *rendered, v valueSet, ns string) {
 		t.Errorf("%d PodDisruptionBudgets, want the decision replicas' and the shim's", len(pdbs))
 	}
 	for _, pdb := range pdbs {
+		if (pdb.Spec.MinAvailable == nil) == (pdb.Spec.MaxUnavailable == nil) {
+			t.Errorf("PodDisruptionBudget %s: want one of minAvailable and maxUnavailable: %+v", pdb.Name, pdb.Spec)
+		}
 		sel, _ := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 		var n int
 		for _, w := range workloads(r.manifests) {

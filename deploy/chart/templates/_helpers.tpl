@@ -40,6 +40,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if not (has .Values.kube.webhooks (list "static" "managed")) }}{{ fail (printf "values: kube.webhooks %q: want static or managed" .Values.kube.webhooks) }}{{ end }}
 {{- if and (eq .Values.kube.webhooks "managed") (ne .Values.mode "kube") }}{{ fail "values: kube.webhooks managed needs mode kube" }}{{ end }}
 {{- if and (eq .Values.tls.source "existing") (not .Values.tls.caBundle) }}{{ fail "values: tls.source existing needs tls.caBundle" }}{{ end }}
+{{- range $k, $pdb := dict "followers" .Values.followers.podDisruptionBudget "kube" .Values.kube.podDisruptionBudget "webhook" .Values.webhook.podDisruptionBudget }}
+{{- if and (hasKey $pdb "minAvailable") (hasKey $pdb "maxUnavailable") (not (kindIs "invalid" $pdb.minAvailable)) (not (kindIs "invalid" $pdb.maxUnavailable)) }}{{ fail (printf "values: %s.podDisruptionBudget: minAvailable and maxUnavailable are both set (set the other to null)" $k) }}{{ end }}
+{{- end }}
 {{- if or (lt (int .Values.webhook.timeoutSeconds) 1) (gt (int .Values.webhook.timeoutSeconds) 30) }}{{ fail (printf "values: webhook.timeoutSeconds %v: want 1 to 30" .Values.webhook.timeoutSeconds) }}{{ end }}
 {{- end }}
 

@@ -17,6 +17,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -36,9 +37,13 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/internal/k8stest"
 )
 
@@ -494,4 +499,93 @@ func servesCert(addr string, leafPEM []byte) bool {
 	}
 	want, err := x509.ParseCertificate(block.Bytes)
 	return err == nil && certs[0].Equal(want)
+}
+
+// TestChartValueSetsServerSideDryRun: every value set the chart tests
+// render (its defaults and deploy/chart/ci), applied object by object to
+// the real kube-apiserver v1.37 — server-side apply, dry run, strict field
+// validation — is accepted: the API server's own OpenAPI schema and
+// validation (beyond the structural schema deploy/'s tests check
+// offline). cert-manager's objects are left out (no cert-manager CRDs
+// here). An invalid object is refused, so the check can fail.
+func TestChartValueSetsServerSideDryRun(t *testing.T) {
+	api := k8stest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := k8stest.NewClient(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := fmt.Sprintf("arbiter-dryrun-%d", time.Now().UnixNano()%1_000_000)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(obj map[string]any) error {
+		u := &unstructured.Unstructured{Object: obj}
+		r, err := c.Resource(u)
+		if err != nil {
+			return err
+		}
+		js, err := json.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		force := true
+		_, err = r.Patch(ctx, u.GetName(), types.ApplyPatchType, js, metav1.PatchOptions{
+			FieldManager: "arbiter-chart-test", Force: &force, DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+		return err
+	}
+	sets, err := filepath.Glob("../deploy/chart/ci/*-values.yaml")
+	if err != nil || len(sets) < 2 {
+		t.Fatalf("value sets: %v %v", sets, err)
+	}
+	for _, set := range append([]string{""}, sets...) {
+		name := "default"
+		args := []string{"template", "arbiter", "deploy/chart", "-n", ns, "--kube-version", "1.37.2"}
+		if set != "" {
+			name = strings.TrimSuffix(filepath.Base(set), "-values.yaml")
+			args = append(args, "-f", strings.TrimPrefix(set, "../"))
+		}
+		t.Run(name, func(t *testing.T) {
+			docs, err := manifest.SplitNonEmptyDocuments([]byte(helmCmd(t, api.Kubeconfig, args...)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var applied, skipped int
+			for _, doc := range docs {
+				var obj map[string]any
+				if err := yaml.Unmarshal(doc, &obj); err != nil {
+					t.Fatal(err)
+				}
+				if strings.HasPrefix(fmt.Sprint(obj["apiVersion"]), "cert-manager.io/") {
+					skipped++
+					continue
+				}
+				if err := apply(obj); err != nil {
+					t.Errorf("%s %v: %v", obj["kind"], obj["metadata"].(map[string]any)["name"], err)
+				}
+				applied++
+			}
+			t.Logf("%d objects accepted, %d cert-manager objects skipped", applied, skipped)
+			if applied < 8 {
+				t.Errorf("only %d objects", applied)
+			}
+		})
+	}
+	for what, doc := range map[string]string{
+		"unknown field":      "apiVersion: v1\nkind: Service\nmetadata: {name: x, namespace: " + ns + "}\nspec: {clusterIp: None, ports: [{port: 1}]}\n",
+		"both budget fields": "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: x, namespace: " + ns + "}\nspec: {minAvailable: 1, maxUnavailable: 1}\n",
+	} {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if err := apply(obj); err == nil {
+			t.Errorf("%s: accepted", what)
+		}
+	}
 }

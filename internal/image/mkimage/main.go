@@ -50,7 +50,7 @@ func run(out, platforms, tag, pkg string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	var built []*image.Built
 	for _, p := range strings.Split(platforms, ",") {
 		pl, err := v1.ParsePlatform(p)

@@ -876,3 +876,14 @@ func TestChartWebhookURL(t *testing.T) {
 		}
 	}
 }
+
+// TestChartManagedWebhookFlags: with kube.webhooks managed, webhook.url
+// and the namespaceSelector's matchLabels reach the primary's flags.
+func TestChartManagedWebhookFlags(t *testing.T) {
+	v := valueSet{name: "kube-managed", file: filepath.Join(chartDir, "ci", "kube-managed-values.yaml")}
+	r := renderChart(t, chartNamespace, v, "webhook.url=https://127.0.0.1:8443", "webhook.namespaceSelector.matchLabels.team=a", "webhook.namespaceSelector.matchLabels.env=prod")
+	c := &find(r.manifests, "Deployment", "arbiter-server").(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
+	if arg(c, "--kube-webhook-url") != "https://127.0.0.1:8443" || arg(c, "--kube-webhook-service") != "" || arg(c, "--kube-webhook-namespace-selector") != "env=prod,team=a" {
+		t.Errorf("managed webhook flags: %v", c.Args)
+	}
+}

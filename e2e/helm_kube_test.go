@@ -41,6 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -126,7 +127,7 @@ var envRef = regexp.MustCompile(`\$\(([A-Z_]+)\)`)
 // the args' paths moved to the local volumes, listen addresses on free
 // loopback ports (listen if set), Service names resolved through
 // k.services with the TLS name kept.
-func (k *kubelet) start(ctx context.Context, name string, tmpl *corev1.PodTemplateSpec, listen string) *podProc {
+func (k *kubelet) start(ctx context.Context, name string, tmpl *corev1.PodTemplateSpec, listen string, extra ...string) *podProc {
 	t := k.t
 	t.Helper()
 	p := &podProc{name: name, labels: tmpl.Labels, volumes: map[string]string{}, secrets: map[string]string{}}
@@ -195,6 +196,8 @@ func (k *kubelet) start(ctx context.Context, name string, tmpl *corev1.PodTempla
 				p.addr = freeAddr(t)
 			}
 			a = flag + "=" + p.addr
+		case "--advertise-address": // $(POD_IP):port: every pod is on 127.0.0.1 here
+			a = flag + "=" + p.addr
 		case "--metrics-listen":
 			p.metrics = freeAddr(t)
 			a = flag + "=" + p.metrics
@@ -210,6 +213,7 @@ func (k *kubelet) start(ctx context.Context, name string, tmpl *corev1.PodTempla
 		}
 		args = append(args, a)
 	}
+	args = append(args, extra...)
 	p.log = &syncBuffer{}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Env = append(os.Environ(), environ...)
@@ -586,6 +590,183 @@ func TestChartValueSetsServerSideDryRun(t *testing.T) {
 		}
 		if err := apply(obj); err == nil {
 			t.Errorf("%s: accepted", what)
+		}
+	}
+}
+
+// TestHelmKubeMode: the chart's mode kube installed for real — two
+// replicas with the Kubernetes source electing their primary with the
+// chart's Lease, under the chart's RBAC (each process acts as the
+// arbiter-server ServiceAccount: impersonation, as no kubelet mounts its
+// token), the primary keeping the managed webhook configurations — a
+// ValidatingPolicy created in the cluster reaches the replicas and the API
+// server denies through the managed webhook, and the primary writes the
+// policy's status; no request of the replicas is forbidden.
+func TestHelmKubeMode(t *testing.T) {
+	api := k8stest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := k8stest.NewClient(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kc.InstallCRDs(ctx, "../deploy/kube-source/crds/*.json"); err != nil {
+		t.Fatal(err)
+	}
+	n := time.Now().UnixNano() % 1_000_000
+	release := fmt.Sprintf("arbiter-kube-%d", n)
+	apps := fmt.Sprintf("apps-kube-%d", n)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: apps,
+		Labels: map[string]string{"arbiter-e2e": apps}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(apps).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	shimAddr := freeAddr(t)
+	local := filepath.Join(t.TempDir(), "local-values.yaml")
+	if err := os.WriteFile(local, fmt.Appendf(nil, "webhook:\n  url: https://%s\n  namespaceSelector:\n    matchLabels:\n      arbiter-e2e: %s\ntls:\n  webhookIPAddresses: [127.0.0.1]\n", shimAddr, apps), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	helmCmd(t, api.Kubeconfig, "install", "arbiter", "deploy/chart", "-n", release, "--create-namespace",
+		"-f", "deploy/chart/ci/kube-managed-values.yaml", "-f", local)
+	t.Cleanup(func() {
+		helmCmd(t, api.Kubeconfig, "uninstall", "arbiter", "-n", release)
+		// The managed configurations are the primary's, never deleted by it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "arbiter-managed", metav1.DeleteOptions{})
+		_ = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "arbiter-managed", metav1.DeleteOptions{})
+	})
+
+	// The replicas act as the chart's ServiceAccount.
+	kcfg, err := clientcmd.LoadFromFile(api.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kcfg.AuthInfos {
+		ai.Impersonate = "system:serviceaccount:" + release + ":arbiter-server"
+		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + release, "system:authenticated"}
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kcfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	k := &kubelet{t: t, cs: cs, ns: release, services: map[string]string{}}
+	ca := k.secretData(ctx, "arbiter-ca")["ca.crt"]
+	dep, err := cs.AppsV1().Deployments(release).Get(ctx, "arbiter-server", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replicas []*podProc
+	for i := range int(*dep.Spec.Replicas) {
+		replicas = append(replicas, k.start(ctx, fmt.Sprintf("arbiter-server-%d", i), &dep.Spec.Template, "", "--kubeconfig="+kubeconfig))
+	}
+	for _, r := range replicas {
+		k.ready(ctx, r, ca)
+	}
+	shimDep, err := cs.AppsV1().Deployments(release).Get(ctx, "arbiter-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shim := k.start(ctx, "arbiter-webhook-0", &shimDep.Spec.Template, shimAddr)
+	k.ready(ctx, shim, ca)
+
+	// The Lease names one of the replicas.
+	lease, err := cs.CoordinationV1().Leases(release).Get(ctx, "arbiter-primary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart's Lease: %v", err)
+	}
+	holder, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "#")
+	if holder != replicas[0].addr && holder != replicas[1].addr {
+		t.Fatalf("Lease holder %q is none of the replicas", holder)
+	}
+
+	// A ValidatingPolicy in the cluster.
+	docs, err := manifest.SplitNonEmptyDocuments([]byte(admissionPolicies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy map[string]any
+	if err := yaml.Unmarshal(docs[0], &policy); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("helm-kube-latest-%d", n)
+	policy["metadata"] = map[string]any{"name": name}
+	if _, err := kc.Apply(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kc.Delete(context.Background(), policy) })
+
+	pods := cs.CoreV1().Pods(apps)
+	pod := func(name, image string) *corev1.Pod {
+		no := false
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: &no, Containers: []corev1.Container{{Name: "c", Image: image}}}}
+	}
+	denial := "Policy " + name + " failed: images must not use the latest tag"
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		_, err := pods.Create(ctx, pod("probe", "nginx:latest"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), denial) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the managed webhook never denied (last: %v)\nprimary candidates:\n%s\n%s", err, tail(replicas[0].log.String(), 20), tail(replicas[1].log.String(), 20))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if _, err := pods.Create(ctx, pod("web", "nginx:1.29"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a compliant Pod: %v", err)
+	}
+	vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "arbiter-managed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range vwc.Webhooks {
+		if w.ClientConfig.URL == nil || !strings.HasPrefix(*w.ClientConfig.URL, "https://"+shimAddr+"/") || w.NamespaceSelector.MatchLabels["arbiter-e2e"] != apps {
+			t.Errorf("managed webhook %s: clientConfig %+v, namespaceSelector %+v", w.Name, w.ClientConfig, w.NamespaceSelector)
+		}
+	}
+
+	// The primary writes the policy's status with the chart's grants.
+	vp := &unstructured.Unstructured{Object: policy}
+	res, err := kc.Resource(vp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		got, err := res.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// WebhookConfigured True. (RBACPermissionsGranted stays False here,
+		// so ready stays false: no kube-controller-manager fills the
+		// aggregated view ClusterRole the chart binds for reporting.)
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditionStatus", "conditions")
+		status := map[string]string{}
+		for _, c := range conds {
+			if c, ok := c.(map[string]any); ok {
+				status[fmt.Sprint(c["type"])] = fmt.Sprint(c["status"])
+			}
+		}
+		if status["WebhookConfigured"] == "True" && status["RBACPermissionsGranted"] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the policy's status was never written: %v", got.Object["status"])
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	for _, p := range k.pods {
+		if strings.Contains(p.log.String(), "forbidden") {
+			t.Errorf("%s: a request was forbidden under the chart's RBAC:\n%s", p.name, tail(p.log.String(), 20))
 		}
 	}
 }

@@ -319,11 +319,14 @@ func TestHelmInstallUpgradeRollback(t *testing.T) {
 	if err := os.WriteFile(local, fmt.Appendf(nil, "webhook:\n  url: https://%s\n  namespaceSelector:\n    matchLabels:\n      arbiter-e2e: %s\ntls:\n  webhookIPAddresses: [127.0.0.1]\n", shimAddr, apps), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	helmCmd(t, api.Kubeconfig, "install", "arbiter", "deploy/chart", "-n", release, "--create-namespace",
+	out := helmCmd(t, api.Kubeconfig, "install", "arbiter", "deploy/chart", "-n", release, "--create-namespace",
 		"-f", "deploy/chart/ci/push-generated-values.yaml", "-f", local)
 	t.Cleanup(func() {
 		helmCmd(t, api.Kubeconfig, "uninstall", "arbiter", "-n", release)
 	})
+	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, "--server-name arbiter-primary."+release+".svc") {
+		t.Errorf("helm install: no release or no NOTES:\n%s", out)
+	}
 
 	// Play the kubelet: the primary, then the followers, then the shim.
 	k := &kubelet{t: t, cs: cs, ns: release, services: map[string]string{}}

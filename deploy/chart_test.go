@@ -263,8 +263,8 @@ func validateOpenAPI(t *testing.T, r *rendered) {
 		if err := yaml.Unmarshal(raw, &u.Object); err != nil {
 			t.Fatalf("document %d: %v", i, err)
 		}
-		if u.GroupVersionKind().Group == "cert-manager.io" {
-			continue // decoded strictly by decodeDoc
+		if g := u.GroupVersionKind().Group; g == "cert-manager.io" || g == "monitoring.coreos.com" {
+			continue // not built-in kinds: decoded strictly by decodeDoc
 		}
 		if _, err := openAPI().ObjectToTyped(&u); err != nil {
 			t.Errorf("%s %s: not valid against the v1.37 OpenAPI schema: %v", u.GetKind(), u.GetName(), err)
@@ -885,5 +885,66 @@ func TestChartManagedWebhookFlags(t *testing.T) {
 	c := &find(r.manifests, "Deployment", "arbiter-server").(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
 	if arg(c, "--kube-webhook-url") != "https://127.0.0.1:8443" || arg(c, "--kube-webhook-service") != "" || arg(c, "--kube-webhook-namespace-selector") != "env=prod,team=a" {
 		t.Errorf("managed webhook flags: %v", c.Args)
+	}
+}
+
+// TestChartMonitoring: the PodMonitor scrapes the metrics port of every
+// decision replica (not the shim, which has none) and the PrometheusRule
+// holds deploy/monitoring's alert rules, of which the chart's
+// files/arbiter-alerts.yaml is an exact copy.
+func TestChartMonitoring(t *testing.T) {
+	want, err := os.ReadFile(filepath.Join(monitoringDir, "arbiter-alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(chartDir, "files", "arbiter-alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("chart/files/arbiter-alerts.yaml differs from monitoring/arbiter-alerts.yaml: cp deploy/monitoring/arbiter-alerts.yaml deploy/chart/files/")
+	}
+	var rules struct {
+		Groups []map[string]any `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(want, &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"push", "kube"} {
+		r := renderChart(t, chartNamespace, valueSet{name: "default"}, "mode="+mode, "metrics.podMonitor.enabled=true", "metrics.prometheusRule.enabled=true")
+		if len(r.promOperator) != 2 {
+			t.Fatalf("mode %s: %d prometheus-operator objects", mode, len(r.promOperator))
+		}
+		for _, o := range r.promOperator {
+			if o.Metadata.Namespace != chartNamespace {
+				t.Errorf("%s: namespace %s", o.Kind, o.Metadata.Namespace)
+			}
+			switch o.Kind {
+			case "PrometheusRule":
+				if !reflect.DeepEqual(o.Spec.Groups, rules.Groups) {
+					t.Errorf("mode %s: the PrometheusRule's groups are not deploy/monitoring's", mode)
+				}
+			case "PodMonitor":
+				sel, err := metav1.LabelSelectorAsSelector(o.Spec.Selector)
+				if err != nil || len(o.Spec.PodMetricsEndpoints) != 1 {
+					t.Fatalf("PodMonitor %+v: %v", o.Spec, err)
+				}
+				var scraped []string
+				for _, w := range workloads(r.manifests) {
+					if !sel.Matches(labels.Set(w.pod.Labels)) {
+						continue
+					}
+					scraped = append(scraped, w.name)
+					if _, ok := portByName(w, o.Spec.PodMetricsEndpoints[0].Port); !ok {
+						t.Errorf("%s has no port %s", w.name, o.Spec.PodMetricsEndpoints[0].Port)
+					}
+				}
+				slices.Sort(scraped)
+				wantScraped := map[string][]string{"push": {"arbiter-follower", "arbiter-primary"}, "kube": {"arbiter-server"}}[mode]
+				if !slices.Equal(scraped, wantScraped) {
+					t.Errorf("mode %s: the PodMonitor scrapes %v, want %v", mode, scraped, wantScraped)
+				}
+			}
+		}
 	}
 }

@@ -153,11 +153,31 @@ type certManagerObject struct {
 	} `json:"spec"`
 }
 
+// monitoring.coreos.com/v1 PodMonitor and PrometheusRule (the Helm
+// chart's metrics values), the fields the chart uses, decoded strictly.
+type promOperatorObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		// PodMonitor
+		Selector            *metav1.LabelSelector `json:"selector,omitempty"`
+		PodMetricsEndpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path,omitempty"`
+			Interval string `json:"interval,omitempty"`
+		} `json:"podMetricsEndpoints,omitempty"`
+		// PrometheusRule
+		Groups []map[string]any `json:"groups,omitempty"`
+	} `json:"spec"`
+}
+
 // manifests is everything under deploy/ but examples/.
 type manifests struct {
 	docs           []*doc
 	kustomizations map[string]*kustomization // by file
 	certManager    []*certManagerObject
+	promOperator   []*promOperatorObject
 }
 
 func splitYAML(b []byte) ([][]byte, error) {
@@ -205,6 +225,16 @@ func (m *manifests) decodeDoc(file string, i int, raw []byte) error {
 			return fmt.Errorf("unexpected cert-manager kind %s", c.Kind)
 		}
 		m.certManager = append(m.certManager, &c)
+		return nil
+	case tm.APIVersion == "monitoring.coreos.com/v1":
+		var p promOperatorObject
+		if err := yaml.UnmarshalStrict(raw, &p); err != nil {
+			return err
+		}
+		if p.Kind != "PodMonitor" && p.Kind != "PrometheusRule" {
+			return fmt.Errorf("unexpected monitoring.coreos.com kind %s", p.Kind)
+		}
+		m.promOperator = append(m.promOperator, &p)
 		return nil
 	}
 	obj, gvk, err := strict.Decode(raw, nil, nil)

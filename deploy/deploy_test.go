@@ -1064,7 +1064,7 @@ func TestMutatingWebhookConfiguration(t *testing.T) {
 // TestKubeSourceRBAC: the kube-source component (and managed-webhooks)
 // grant the server's account exactly what `serve --kube-source` uses:
 // reading the kinds it owns, updating only the status subresource of the
-// policies it writes the status of, and (managed webhooks) creating and
+// policies and GlobalContextEntries it writes the status of, and (managed webhooks) creating and
 // updating only the configurations it manages; nothing deleted, no
 // wildcard.
 func TestKubeSourceRBAC(t *testing.T) {
@@ -1112,11 +1112,13 @@ func TestKubeSourceRBAC(t *testing.T) {
 		}
 	}
 	read := []string{"get", "list", "watch"}
-	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies", "policyexceptions"}, read, "")
-	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status"}, []string{"update"}, "")
+	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies", "imagevalidatingpolicies", "namespacedimagevalidatingpolicies", "policyexceptions"}, read, "")
+	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status", "imagevalidatingpolicies/status", "namespacedimagevalidatingpolicies/status"}, []string{"update"}, "")
 	add("admissionregistration.k8s.io", []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, read, "")
 	add("", []string{"namespaces"}, read, "")
 	add("", []string{"events"}, []string{"create", "patch"}, "")
+	add("kyverno.io", []string{"globalcontextentries"}, read, "")
+	add("kyverno.io", []string{"globalcontextentries/status"}, []string{"update"}, "")
 	add("coordination.k8s.io", []string{"leases"}, []string{"create"}, "")
 	add("coordination.k8s.io", []string{"leases"}, []string{"get", "update"}, "arbiter-primary")
 	add("admissionregistration.k8s.io", []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, []string{"create"}, "")
@@ -1129,6 +1131,28 @@ func TestKubeSourceRBAC(t *testing.T) {
 	for g := range want {
 		if !got[g] {
 			t.Errorf("used but not granted: %+v", g)
+		}
+	}
+	// The params' and context kinds' rights: aggregated from labelled
+	// ClusterRoles, bound to the server's account.
+	for _, agg := range []struct{ role, label string }{
+		{"arbiter-kube-source-params", "arbiter.dev/aggregate-to-kube-source-params"},
+		{"arbiter-kube-source-context", "arbiter.dev/aggregate-to-kube-source-context"},
+	} {
+		var found, bound bool
+		for _, r := range all[*rbacv1.ClusterRole](m) {
+			if r.Name == agg.role && r.AggregationRule != nil && len(r.AggregationRule.ClusterRoleSelectors) == 1 &&
+				r.AggregationRule.ClusterRoleSelectors[0].MatchLabels[agg.label] == "true" && len(r.Rules) == 0 {
+				found = true
+			}
+		}
+		for _, b := range all[*rbacv1.ClusterRoleBinding](m) {
+			if b.RoleRef.Name == agg.role && len(b.Subjects) == 1 && b.Subjects[0].Name == "arbiter-server" && b.Subjects[0].Namespace == "arbiter" {
+				bound = true
+			}
+		}
+		if !found || !bound {
+			t.Errorf("%s: aggregated from %s: %v, bound to arbiter-server: %v", agg.role, agg.label, found, bound)
 		}
 	}
 	// The reporting identity: view for the server's account.

@@ -70,6 +70,9 @@ type serveOptions struct {
 
 	// storeSecrets lets writes store v1 Secrets as context objects.
 	storeSecrets bool
+	// calloutClient is the client of the callout section (nil: none): the
+	// Kubernetes source fetches GlobalContextEntries' apiCall.service with it.
+	calloutClient *callout.Client
 }
 
 type decisionLogOptions struct {
@@ -297,6 +300,7 @@ func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error
 			return exitWith(exitLoad, "--config: callout: %v", err)
 		}
 		cfg.HTTP = c
+		o.calloutClient = c
 		if opts.Kube != nil {
 			cfg.Poster = c
 		}

@@ -717,7 +717,9 @@ func TestChartRBACIsTheKustomizations(t *testing.T) {
 	}{
 		{"kube.webhooks=static", func(g grant) bool { return strings.HasSuffix(g.resource, "webhookconfigurations") }, "arbiter-kube-source-webhooks"},
 		// (GlobalContextEntries' status is written either way.)
-		{"kube.policyStatus=false", func(g grant) bool { return g.group == "policies.kyverno.io" && strings.HasSuffix(g.resource, "/status") }, ""},
+		{"kube.policyStatus=false", func(g grant) bool {
+			return g.group == "policies.kyverno.io" && strings.HasSuffix(g.resource, "/status")
+		}, ""},
 		{"kube.reporting=false", func(grant) bool { return false }, "view"},
 	} {
 		r := renderChart(t, chartNamespace, kube, tc.set)

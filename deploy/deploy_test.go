@@ -45,9 +45,17 @@ import (
 )
 
 const (
-	examplesDir = "examples"
-	image       = "ghcr.io/arbiter-pdp/arbiter"
+	examplesDir   = "examples"
+	chartDir      = "chart"
+	monitoringDir = "monitoring"
+	image         = "ghcr.io/arbiter-pdp/arbiter"
 )
+
+// notManifests are the directories under deploy/ that hold no kustomize
+// manifests: policies (examples), the Helm chart's templates and values
+// (chart_test.go) and the Prometheus rules and Grafana dashboard
+// (monitoring_test.go).
+var notManifests = map[string]bool{examplesDir: true, chartDir: true, monitoringDir: true}
 
 var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -128,6 +136,7 @@ type certManagerObject struct {
 		CommonName  string   `json:"commonName,omitempty"`
 		SecretName  string   `json:"secretName,omitempty"`
 		DNSNames    []string `json:"dnsNames,omitempty"`
+		IPAddresses []string `json:"ipAddresses,omitempty"`
 		Duration    string   `json:"duration,omitempty"`
 		RenewBefore string   `json:"renewBefore,omitempty"`
 		Usages      []string `json:"usages,omitempty"`
@@ -144,11 +153,31 @@ type certManagerObject struct {
 	} `json:"spec"`
 }
 
+// monitoring.coreos.com/v1 PodMonitor and PrometheusRule (the Helm
+// chart's metrics values), the fields the chart uses, decoded strictly.
+type promOperatorObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		// PodMonitor
+		Selector            *metav1.LabelSelector `json:"selector,omitempty"`
+		PodMetricsEndpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path,omitempty"`
+			Interval string `json:"interval,omitempty"`
+		} `json:"podMetricsEndpoints,omitempty"`
+		// PrometheusRule
+		Groups []map[string]any `json:"groups,omitempty"`
+	} `json:"spec"`
+}
+
 // manifests is everything under deploy/ but examples/.
 type manifests struct {
 	docs           []*doc
 	kustomizations map[string]*kustomization // by file
 	certManager    []*certManagerObject
+	promOperator   []*promOperatorObject
 }
 
 func splitYAML(b []byte) ([][]byte, error) {
@@ -197,6 +226,16 @@ func (m *manifests) decodeDoc(file string, i int, raw []byte) error {
 		}
 		m.certManager = append(m.certManager, &c)
 		return nil
+	case tm.APIVersion == "monitoring.coreos.com/v1":
+		var p promOperatorObject
+		if err := yaml.UnmarshalStrict(raw, &p); err != nil {
+			return err
+		}
+		if p.Kind != "PodMonitor" && p.Kind != "PrometheusRule" {
+			return fmt.Errorf("unexpected monitoring.coreos.com kind %s", p.Kind)
+		}
+		m.promOperator = append(m.promOperator, &p)
+		return nil
 	}
 	obj, gvk, err := strict.Decode(raw, nil, nil)
 	if err != nil {
@@ -213,7 +252,7 @@ func loadManifests(t *testing.T) *manifests {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path == examplesDir {
+		if d.IsDir() && notManifests[path] {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml") {
@@ -365,7 +404,7 @@ func TestKustomization(t *testing.T) {
 		files[d.file] = true
 	}
 	_ = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if d.IsDir() && path == examplesDir {
+		if d.IsDir() && notManifests[path] {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(path, ".yaml") && m.kustomizations[path] == nil {

@@ -38,7 +38,7 @@ type EvalOptions struct {
 	CostBudget uint64
 	// ObjectSizes, when set, are the sizes of the request's Object and
 	// OldObject together as manifest.DecodeJSONSized measured them while
-	// decoding, sparing the engine a walk of the objects (it measures them
+	// decoding (or the conversion of a protobuf Struct), sparing the engine a walk of the objects (it measures them
 	// itself otherwise). The CEL cost estimates rest on them: set them
 	// only from the decoder.
 	ObjectSizes *manifest.Sizes

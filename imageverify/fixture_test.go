@@ -3,9 +3,6 @@ package imageverify_test
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -15,20 +12,15 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"io"
-	"log"
 	"math/big"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -49,69 +41,45 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/tlog"
 	"github.com/sigstore/sigstore/pkg/signature"
 	sigdsse "github.com/sigstore/sigstore/pkg/signature/dsse"
-	sigpayload "github.com/sigstore/sigstore/pkg/signature/payload"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/arbiter-pdp/arbiter/internal/ivtest"
 )
 
-// testRegistry is an in-process OCI registry with the referrers API.
+// testRegistry is an in-process OCI registry with the referrers API
+// (internal/ivtest's).
 type testRegistry struct {
+	*ivtest.Registry
 	t    testing.TB
-	srv  *httptest.Server
 	host string
 }
 
 func newRegistry(t testing.TB) *testRegistry {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	return &testRegistry{t: t, srv: srv, host: strings.TrimPrefix(srv.URL, "http://")}
+	r := ivtest.NewRegistry(t)
+	return &testRegistry{Registry: r, t: t, host: r.Host}
 }
 
 // push writes a random image at repo:tag and returns its digest reference.
 func (r *testRegistry) push(repoTag string) name.Digest {
 	r.t.Helper()
-	img, err := random.Image(512, 1)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ref, err := name.ParseReference(r.host+"/"+repoTag, name.Insecure)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if err := remote.Write(ref, img); err != nil {
-		r.t.Fatal(err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return ref.Context().Digest(d.String())
+	return r.Push(repoTag)
 }
 
 // ref is the reference of repo:tag (or repo@digest) in the registry.
-func (r *testRegistry) ref(s string) string { return r.host + "/" + s }
+func (r *testRegistry) ref(s string) string { return r.Ref(s) }
 
-// cosignKey is an ECDSA P-256 cosign key pair.
+// cosignKey is an ECDSA P-256 cosign key pair (internal/ivtest's).
 type cosignKey struct {
 	sv  signature.SignerVerifier
 	pem string
+	k   *ivtest.CosignKey
 }
 
 func newCosignKey(t testing.TB) *cosignKey {
 	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sv, err := signature.LoadECDSASignerVerifier(priv, crypto.SHA256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&priv.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &cosignKey{sv: sv, pem: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))}
+	k := ivtest.NewCosignKey(t)
+	return &cosignKey{sv: k.Signer(), pem: k.PEM, k: k}
 }
 
 // sign attaches a cosign signature (the legacy sha256-<hex>.sig tag) of
@@ -119,33 +87,7 @@ func newCosignKey(t testing.TB) *cosignKey {
 // tampered signature.
 func (k *cosignKey) sign(t testing.TB, d, claimed name.Digest, annotations map[string]any) {
 	t.Helper()
-	payload, err := (&sigpayload.Cosign{Image: claimed, Annotations: annotations}).MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig, err := k.sv.SignMessage(bytes.NewReader(payload))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var opts []cosignstatic.Option
-	if len(annotations) > 0 {
-		layer := map[string]string{}
-		for k, v := range annotations {
-			layer[k], _ = v.(string)
-		}
-		opts = append(opts, cosignstatic.WithAnnotations(layer))
-	}
-	ociSig, err := cosignstatic.NewSignature(payload, base64.StdEncoding.EncodeToString(sig), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	se, err := cosignmutate.AttachSignatureToEntity(ociremote.SignedUnknown(d, ociremote.WithRemoteOptions()), ociSig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ociremote.WriteSignatures(d.Repository, se); err != nil {
-		t.Fatal(err)
-	}
+	k.k.SignAs(t, d, claimed, annotations)
 }
 
 // statement is an in-toto statement about the image d.

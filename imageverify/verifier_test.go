@@ -245,7 +245,7 @@ func TestRegistryDown(t *testing.T) {
 	key.sign(t, d, d, nil)
 	v := newVerifier(t, r, imageverify.Config{Timeout: imageverify.Duration(2 * time.Second)}, imageverify.Options{})
 	img := image(t, v, r.ref("app:signed"))
-	r.srv.Close()
+	r.Stop()
 	// the image was read: verifying its signatures reaches the registry,
 	// which is down — an error, not "unsigned"
 	if vd, err := v.VerifySignatures(context.Background(), img, keyAttestor("key", key.pem, false), kyvernocel.ImageOptions{}); err == nil {
@@ -270,7 +270,9 @@ func TestCacheAndConcurrency(t *testing.T) {
 		refs[i] = r.ref(d.RepositoryStr() + "@" + d.DigestStr())
 	}
 	const limit = 4
-	v := newVerifier(t, r, imageverify.Config{MaxConcurrent: limit}, imageverify.Options{})
+	// (a generous timeout: a call's includes its wait for a slot, long for
+	// 1,000 callers on 4 slots on a loaded machine)
+	v := newVerifier(t, r, imageverify.Config{MaxConcurrent: limit, Timeout: imageverify.Duration(10 * time.Minute)}, imageverify.Options{})
 	a := keyAttestor("key", key.pem, false)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

@@ -27,11 +27,27 @@ func (f *imageVerifierFlags) add(fs *pflag.FlagSet) {
 // over HTTPS unless insecureRegistries say otherwise; Sigstore trust roots
 // only from the configuration.
 func (f *imageVerifierFlags) verifier() (*imageverify.Verifier, error) {
+	return f.build(nil, imageverify.Options{})
+}
+
+// build is verifier with the configuration of a config file's
+// imageVerification section (nil: none), which --image-verification-config
+// cannot be given with, and the verifier's collaborators.
+func (f *imageVerifierFlags) build(section *imageverify.Config, opts imageverify.Options) (*imageverify.Verifier, error) {
 	if f.off {
+		if section != nil {
+			return nil, exitWith(exitLoad, "--no-image-verification: the config file has an %s section", configImageVerificationKey)
+		}
 		return nil, nil
 	}
 	var cfg imageverify.Config
-	if f.config != "" {
+	what := "--image-verification-config " + f.config
+	switch {
+	case f.config != "" && section != nil:
+		return nil, exitWith(exitLoad, "--image-verification-config and the config file's %s section both configure the image verifier: give one", configImageVerificationKey)
+	case section != nil:
+		cfg, what = *section, "--config: "+configImageVerificationKey
+	case f.config != "":
 		data, err := os.ReadFile(f.config)
 		if err != nil {
 			return nil, exitWith(exitLoad, "--image-verification-config: %v", err)
@@ -40,9 +56,9 @@ func (f *imageVerifierFlags) verifier() (*imageverify.Verifier, error) {
 			return nil, exitWith(exitLoad, "--image-verification-config %s: %v", f.config, err)
 		}
 	}
-	v, err := imageverify.New(cfg, imageverify.Options{})
+	v, err := imageverify.New(cfg, opts)
 	if err != nil {
-		return nil, exitWith(exitLoad, "%s", fmt.Sprintf("--image-verification-config %s: %v", f.config, err))
+		return nil, exitWith(exitLoad, "%s", fmt.Sprintf("%s: %v", what, err))
 	}
 	return v, nil
 }

@@ -95,6 +95,10 @@ type Config struct {
 	// made from the policies it serves (webhooks.go); nil: the static
 	// configuration of deploy/ is in place.
 	Webhooks *WebhookConfig
+	// Reports, when set, makes the primary scan existing objects with the
+	// policies whose background evaluation is enabled and write
+	// PolicyReports (reports.go).
+	Reports *ReportsConfig
 }
 
 func (c *Config) defaults() {
@@ -194,6 +198,8 @@ type Source struct {
 	// cluster writes the policies' status and the webhook configurations
 	// (nil when the configuration asks for neither).
 	cluster *cluster
+	// scanner runs the background scans (nil without Config.Reports).
+	scanner *scanner
 
 	mu      sync.Mutex
 	watches map[schema.GroupKind]*watch
@@ -271,6 +277,11 @@ func newSource(cfg Config, srv target) (*Source, error) {
 			return nil, fmt.Errorf("kubesource: %w", err)
 		}
 	}
+	if cfg.Reports != nil {
+		if s.scanner, err = newScanner(s, *cfg.Reports); err != nil {
+			return nil, fmt.Errorf("kubesource: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -311,6 +322,13 @@ func (s *Source) Run(ctx context.Context) error {
 		go func() {
 			defer s.wg.Done()
 			s.cluster.run(ctx)
+		}()
+	}
+	if s.scanner != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.scanner.run(ctx)
 		}()
 	}
 	s.waitSynced(ctx)

@@ -597,6 +597,14 @@ func (sc *scanner) resourceInformer(w *resWatch) cache.SharedIndexInformer {
 		}
 		return obj, nil
 	})
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if apierrors.IsForbidden(err) {
+			sc.log.Warn("not allowed to list and watch a resource the background policies match; its objects are not scanned until granted", "resource", w.gvr.String(), "err", err)
+		} else {
+			sc.log.Info("listing or watching a scanned resource failed", "resource", w.gvr.String(), "err", err)
+		}
+	})
 	gr := w.gvr.GroupResource()
 	enqueue := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -677,6 +685,7 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 			watches[gr] = w
 		} else {
 			allSynced = false
+			sc.log.Debug("not listed yet", "resource", w.gvr.String())
 		}
 	}
 	sc.mu.Unlock()
@@ -749,7 +758,9 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 		sc.fullScans.Add(1)
 	}
 	sc.lastRev.Store(rev)
-	if len(jobs) > 0 || full {
+	if len(jobs) == 0 && !full {
+		sc.log.Debug("background scan", "revision", rev, "objects", len(targets))
+	} else {
 		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", len(jobs), "took", time.Since(now).Round(time.Millisecond))
 	}
 	return expiry, err

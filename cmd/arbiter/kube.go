@@ -46,6 +46,12 @@ type kubeOptions struct {
 	webhookExclude    []string
 	webhookNSSelector string
 	webhookAnnotation []string
+
+	// Background scans into PolicyReports (reports.go of kubesource).
+	backgroundScan bool
+	scanInterval   time.Duration
+	reportQPS      float32
+	reportWorkers  int
 }
 
 func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
@@ -67,6 +73,10 @@ func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
 	f.StringVar(&o.webhookCAFile, "kube-webhook-ca-file", "", "--kube-webhooks managed: PEM CA bundle that verifies the shim's certificate, written into the configurations (re-read at every update); without it the caBundle they hold is kept (for a CA injector)")
 	f.StringSliceVar(&o.webhookExclude, "kube-webhook-exclude-namespaces", nil, "--kube-webhooks managed: namespaces no webhook is called for (default kube-system and $POD_NAMESPACE, Arbiter's own, as Kyverno excludes kube-system and its namespace)")
 	f.StringVar(&o.webhookNSSelector, "kube-webhook-namespace-selector", "", "--kube-webhooks managed: a label selector (env=prod,tier!=dev) every webhook's namespaceSelector also requires")
+	f.BoolVar(&o.backgroundScan, "kube-background-scan", true, "--kube-source: the primary evaluates the policies whose background evaluation is enabled against the existing objects of the kinds they match and writes the results as wgpolicyk8s.io/v1alpha2 PolicyReports and ClusterPolicyReports, one per object, as Kyverno's reports controller does (needs the PolicyReport CRDs)")
+	f.DurationVar(&o.scanInterval, "kube-scan-interval", time.Hour, "--kube-background-scan: how often every object is scanned again (besides every policy, exception or Namespace change, exception expiry and object change)")
+	f.Float32Var(&o.reportQPS, "kube-report-qps", 300, "--kube-background-scan: report writes per second to the API server (burst as many)")
+	f.IntVar(&o.reportWorkers, "kube-report-workers", 16, "--kube-background-scan: report writes in flight")
 	f.StringArrayVar(&o.webhookAnnotation, "kube-webhook-annotation", nil, "--kube-webhooks managed: KEY=VALUE annotation of the configurations (repeatable), e.g. cert-manager.io/inject-ca-from=NS/CERTIFICATE")
 }
 
@@ -74,6 +84,12 @@ func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
 func (k *kubeOptions) clusterConfig(src *kubesource.Config) error {
 	if k.policyStatus {
 		src.Status = &kubesource.StatusConfig{ReportsUser: k.reportsUser}
+	}
+	if k.backgroundScan {
+		if k.scanInterval <= 0 || k.reportQPS <= 0 || k.reportWorkers <= 0 {
+			return exitWith(exitLoad, "--kube-scan-interval, --kube-report-qps and --kube-report-workers must be positive")
+		}
+		src.Reports = &kubesource.ReportsConfig{Interval: k.scanInterval, QPS: k.reportQPS, Workers: k.reportWorkers}
 	}
 	managedOnly := k.webhookService != "" || k.webhookURL != "" || k.webhookCAFile != "" || k.webhookExclude != nil ||
 		k.webhookNSSelector != "" || k.webhookAnnotation != nil || k.webhookName != kubesource.DefaultWebhookConfigName

@@ -720,6 +720,7 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 	}
 	rev := revisionOf(snap)
 	wants := sc.evaluate(ctx, ps, sn.Context(), now, rev, targets)
+	evaluated := time.Since(now)
 	if ctx.Err() != nil {
 		return expiry, ctx.Err()
 	}
@@ -761,7 +762,7 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 	if len(jobs) == 0 && !full {
 		sc.log.Debug("background scan", "revision", rev, "objects", len(targets))
 	} else {
-		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", len(jobs), "took", time.Since(now).Round(time.Millisecond))
+		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", len(jobs), "evaluation", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
 	}
 	return expiry, err
 }

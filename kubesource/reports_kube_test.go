@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,8 +28,18 @@ import (
 func startScan(t *testing.T, rc *ReportsConfig) *fixture {
 	t.Helper()
 	needAPIServer(t)
+	f := startScanTB(t, rc)
+	f.t = t
+	return f
+}
+
+func startScanTB(t testing.TB, rc *ReportsConfig) *fixture {
+	t.Helper()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if os.Getenv("ARBITER_SCAN_BENCH") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	srv, err := server.New(context.Background(), server.Config{DataDir: t.TempDir(), NoSync: true, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +68,7 @@ func startScan(t *testing.T, rc *ReportsConfig) *fixture {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the source did not write its first comparison in 60 s")
 	}
-	return &fixture{t: t, srv: srv, src: src}
+	return &fixture{srv: srv, src: src}
 }
 
 // scanNamespace makes a namespace labelled scan=id with the default

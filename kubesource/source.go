@@ -27,7 +27,9 @@
 // The source also writes back, from the revision the primary serves, the
 // status of the policies (Config.Status: status.conditionStatus as Kyverno
 // writes it, status.go) and the webhook configurations made from them
-// (Config.Webhooks, webhooks.go); cluster.go runs both.
+// (Config.Webhooks, webhooks.go); cluster.go runs both. With Config.Reports
+// it scans the existing objects with the background policies and writes
+// PolicyReports (reports.go, reportobj.go).
 //
 // RunHA elects one primary among several replicas with a Lease; see elect.go.
 package kubesource

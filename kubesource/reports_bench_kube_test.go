@@ -3,9 +3,11 @@ package kubesource
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +34,8 @@ const benchWorkload = "/work/shared/bench/workload"
 // ValidatingPolicies of the shared workload until every Pod has its
 // PolicyReport (s/full-scan), then how long after a change of one policy's
 // message the reports it changes (those of the violating Pods) are all
-// updated (s/policy-change). Gated by ARBITER_SCAN_BENCH=1 (and
+// updated (s/policy-change), and after an exception exempting 1 violating
+// Pod in 50 from one policy, their reports (s/exception). Gated by ARBITER_SCAN_BENCH=1 (and
 // ARBITER_K8S_RUN); one iteration: -benchtime=1x.
 func BenchmarkBackgroundScan(b *testing.B) {
 	if os.Getenv("ARBITER_SCAN_BENCH") == "" || apiserver == nil {
@@ -99,6 +102,11 @@ func BenchmarkBackgroundScan(b *testing.B) {
 				u.SetNamespace(ns)
 				_ = unstructured.SetNestedField(u.Object, false, "spec", "automountServiceAccountToken")
 				unstructured.RemoveNestedField(u.Object, "spec", "serviceAccountName")
+				if i%100 == 1 { // violating, exempted by the exception below
+					labels := u.GetLabels()
+					labels["exempt"] = "yes"
+					u.SetLabels(labels)
+				}
 				if _, err := pods.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 					select {
 					case errs <- err:
@@ -145,6 +153,20 @@ func BenchmarkBackgroundScan(b *testing.B) {
 
 	for b.Loop() {
 		start = time.Now()
+		cpu0, self0 := serverCPU(), procCPU("/proc/self")
+		if out := os.Getenv("ARBITER_SCAN_BENCH_PPROF"); out != "" {
+			// A CPU profile of the API server during the scan.
+			go func() {
+				time.Sleep(5 * time.Second)
+				raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(context.Background())
+				if err == nil {
+					err = os.WriteFile(out, raw, 0o600)
+				}
+				if err != nil {
+					b.Log("profiling the API server:", err)
+				}
+			}()
+		}
 		f := startScanTB(b, &ReportsConfig{Workers: benchWorkers()})
 		for f.src.ScanStats().Created < uint64(n) {
 			if time.Since(start) > 10*time.Minute {
@@ -156,6 +178,9 @@ func BenchmarkBackgroundScan(b *testing.B) {
 		st := f.src.ScanStats()
 		b.Logf("full scan: %d reports in %v (%+v)", n, full.Round(time.Millisecond), st)
 		b.ReportMetric(full.Seconds(), "s/full-scan")
+		cpu1, self1 := serverCPU(), procCPU("/proc/self")
+		b.ReportMetric(float64((cpu1-cpu0).Milliseconds())/float64(n), "apiserver+etcd-cpu-ms/create")
+		b.ReportMetric(float64((self1-self0).Milliseconds())/float64(n), "arbiter-cpu-ms/report")
 
 		// One policy's message changes: the reports of the violating pods change.
 		var changed map[string]any
@@ -181,6 +206,32 @@ func BenchmarkBackgroundScan(b *testing.B) {
 		upd := time.Since(start)
 		b.Logf("policy change: %d reports updated in %v (%+v)", n/2, upd.Round(time.Millisecond), f.src.ScanStats())
 		b.ReportMetric(upd.Seconds(), "s/policy-change")
+		b.ReportMetric(float64((serverCPU()-cpu1).Milliseconds())/float64(n/2), "apiserver+etcd-cpu-ms/update")
+
+		// An exception for 1 violating pod in 50: their reports change.
+		ex := map[string]any{
+			"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
+			"metadata": map[string]any{"name": "bench-exempt", "namespace": ns},
+			"spec": map[string]any{
+				"policyRefs":      []any{map[string]any{"name": "disallow-host-namespaces", "kind": "ValidatingPolicy"}},
+				"matchConditions": []any{map[string]any{"name": "exempt", "expression": "object.metadata.?labels.exempt.orValue('') == 'yes'"}},
+			},
+		}
+		before = f.src.ScanStats().Updated
+		start = time.Now()
+		if _, err := kc.Apply(ctx, ex); err != nil {
+			b.Fatal(err)
+		}
+		exempt := uint64((n + 98) / 100)
+		for f.src.ScanStats().Updated < before+exempt {
+			if time.Since(start) > 5*time.Minute {
+				b.Fatalf("after 5 min: %+v", f.src.ScanStats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		upd = time.Since(start)
+		b.Logf("exception: %d reports updated in %v", exempt, upd.Round(time.Millisecond))
+		b.ReportMetric(upd.Seconds(), "s/exception")
 
 		// Every pod has exactly one report, with 16 results.
 		list, err := dyn.Resource(polrGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
@@ -206,4 +257,60 @@ func deepCopyMap(m map[string]any) map[string]any {
 func benchWorkers() int {
 	n, _ := strconv.Atoi(os.Getenv("ARBITER_SCAN_BENCH_WORKERS"))
 	return n
+}
+
+// serverCPU returns the CPU time (user + system) the test's kube-apiserver
+// and its etcd have used so far, found by their command lines (0 when not
+// found: another platform, or the script mode).
+func serverCPU() time.Duration {
+	u, err := url.Parse(apiserver.Config.Host)
+	if err != nil {
+		return 0
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var etcdURL string
+	var total time.Duration
+	cmdlines := map[string]string{}
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cl := strings.ReplaceAll(string(b), "\x00", " ")
+		cmdlines[filepath.Dir(p)] = cl
+		if strings.Contains(cl, "--secure-port="+u.Port()+" ") {
+			if i := strings.Index(cl, "--etcd-servers="); i >= 0 {
+				etcdURL, _, _ = strings.Cut(cl[i+len("--etcd-servers="):], " ")
+			}
+			total += procCPU(filepath.Dir(p))
+		}
+	}
+	if etcdURL == "" {
+		return 0
+	}
+	for dir, cl := range cmdlines {
+		if strings.Contains(cl, "--listen-client-urls "+etcdURL+" ") {
+			total += procCPU(dir)
+		}
+	}
+	return total
+}
+
+// procCPU is utime + stime of /proc/PID (USER_HZ 100).
+func procCPU(dir string) time.Duration {
+	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+2:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }

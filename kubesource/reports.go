@@ -241,6 +241,17 @@ func (sc *scanner) reportInformer(gvr schema.GroupVersionResource) cache.SharedI
 		}
 		return obj, nil
 	})
+	var warned atomic.Bool
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			if !warned.Swap(true) {
+				sc.log.Warn("the API server does not serve the reports; background scans wait for their CRDs (kubectl apply -k deploy/kube-source/crds)", "resource", gvr.String(), "err", err)
+			}
+			return
+		}
+		sc.log.Warn("listing or watching the reports failed", "resource", gvr.String(), "err", err)
+	})
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) { sc.reportChanged(obj, false) },
 		DeleteFunc: func(obj any) { sc.reportChanged(obj, true) },

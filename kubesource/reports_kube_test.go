@@ -299,6 +299,12 @@ func TestBackgroundReports(t *testing.T) {
 	}
 	waitReport(t, ns, string(late.UID), 10*time.Second, absent)
 
+	// A report deleted by someone else is written again.
+	if err := kc.Dynamic.Resource(polrGVR).Namespace(ns).Delete(ctx, string(good.UID), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReport(t, ns, string(good.UID), 10*time.Second, oneResult(name, "pass", ""))
+
 	// Background evaluation turned off: no results, no reports.
 	off := false
 	apply(t, scanPolicy(name, id, "bad", "bad pods are forbidden here", &off))
@@ -312,4 +318,95 @@ func TestBackgroundReports(t *testing.T) {
 
 func polexKey(ns, name string) store.Key {
 	return store.Key{Group: kyvernoapi.Group, Kind: kyvernoapi.KindPolicyException, Namespace: ns, Name: name}
+}
+
+// TestBackgroundReportsVAP: a ValidatingAdmissionPolicy and its binding
+// (Audit) report on the existing objects they match (ConfigMaps here),
+// source ValidatingAdmissionPolicy; a ClusterPolicyReport for a
+// cluster-scoped object (a Namespace matched by a ValidatingPolicy).
+func TestBackgroundReportsVAP(t *testing.T) {
+	needAPIServer(t)
+	cs, err := kubernetes.NewForConfig(apiserver.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := fmt.Sprintf("%04d", time.Now().UnixNano()%10000)
+	ns := "scanvap-" + id
+	scanNamespace(t, cs, ns, id)
+	bad, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forbidden"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startScan(t, &ReportsConfig{Delay: 50 * time.Millisecond})
+	vap := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+		"metadata": map[string]any{"name": "scan-vap-" + id},
+		"spec": map[string]any{
+			"failurePolicy": "Fail",
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE", "UPDATE"}, "resources": []any{"configmaps"}}}},
+			"validations": []any{map[string]any{"expression": "object.metadata.name != 'forbidden'", "message": "forbidden ConfigMap"}},
+		},
+	}
+	binding := map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "scan-vap-" + id},
+		"spec": map[string]any{
+			"policyName": "scan-vap-" + id, "validationActions": []any{"Audit"},
+			"matchResources": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"scan": id}}},
+		},
+	}
+	t.Cleanup(func() {
+		_ = kc.Delete(context.Background(), binding)
+		_ = kc.Delete(context.Background(), vap)
+	})
+	apply(t, vap)
+	apply(t, binding)
+	r := waitReport(t, ns, string(bad.UID), 30*time.Second, func(u *unstructured.Unstructured) bool {
+		rs := results(u)
+		return len(rs) == 1 && rs[0]["result"] == "fail"
+	})
+	if res := results(r)[0]; res["source"] != "ValidatingAdmissionPolicy" || !strings.Contains(fmt.Sprint(res["message"]), "forbidden ConfigMap") ||
+		res["properties"].(map[string]any)["process"] != "background scan" {
+		t.Errorf("result %v", res)
+	}
+
+	// A ValidatingPolicy on Namespaces: a ClusterPolicyReport.
+	nsPol := map[string]any{
+		"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+		"metadata": map[string]any{"name": "scan-ns-" + id},
+		"spec": map[string]any{
+			"validationActions": []any{"Audit"},
+			"matchConstraints": map[string]any{
+				"resourceRules":  []any{map[string]any{"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE", "UPDATE"}, "resources": []any{"namespaces"}}},
+				"objectSelector": map[string]any{"matchLabels": map[string]any{"scan": id}},
+			},
+			"validations": []any{map[string]any{"expression": "has(object.metadata.labels.owner)", "message": "namespaces need an owner"}},
+		},
+	}
+	t.Cleanup(func() { _ = kc.Delete(context.Background(), nsPol) })
+	apply(t, nsPol)
+	nsObj, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		u, err := kc.Dynamic.Resource(cpolrGVR).Get(ctx, string(nsObj.UID), metav1.GetOptions{})
+		if err == nil {
+			rs := results(u)
+			if len(rs) != 1 || rs[0]["result"] != "fail" || rs[0]["policy"] != "scan-ns-"+id || u.Object["scope"].(map[string]any)["kind"] != "Namespace" {
+				t.Fatalf("cluster report %s", mustJSON(u.Object))
+			}
+			break
+		}
+		if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no ClusterPolicyReport for the Namespace")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

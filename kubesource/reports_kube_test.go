@@ -234,7 +234,7 @@ func TestBackgroundReports(t *testing.T) {
 	if err != nil || rev == 0 || rev > f.srv.Current().Revision {
 		t.Errorf("revision annotation %q (serving %d)", r.GetAnnotations()[RevisionAnnotation], f.srv.Current().Revision)
 	}
-	g := waitReport(t, ns, string(good.UID), 10*time.Second, oneResult(name, "pass", ""))
+	g := waitReport(t, ns, string(good.UID), 30*time.Second, oneResult(name, "pass", ""))
 	if mustJSON(g.Object["summary"]) != `{"error":0,"fail":0,"pass":1,"skip":0,"warn":0}` {
 		t.Errorf("summary %v", g.Object["summary"])
 	}
@@ -244,15 +244,15 @@ func TestBackgroundReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReport(t, ns, string(late.UID), 10*time.Second, oneResult(name, "fail", "bad pods are not allowed"))
+	waitReport(t, ns, string(late.UID), 30*time.Second, oneResult(name, "fail", "bad pods are not allowed"))
 
-	// A policy change: the failing reports change within 10 s; the passing
+	// A policy change: the failing reports change; the passing
 	// one is not written again.
 	goodRV := getReport(t, ns, string(good.UID)).GetResourceVersion()
 	changed := time.Now()
 	apply(t, scanPolicy(name, id, "bad", "bad pods are forbidden here", nil))
-	waitReport(t, ns, string(bad.UID), 10*time.Second, oneResult(name, "fail", "forbidden here"))
-	waitReport(t, ns, string(late.UID), 10*time.Second, oneResult(name, "fail", "forbidden here"))
+	waitReport(t, ns, string(bad.UID), 30*time.Second, oneResult(name, "fail", "forbidden here"))
+	waitReport(t, ns, string(late.UID), 30*time.Second, oneResult(name, "fail", "forbidden here"))
 	t.Logf("reports updated %v after the policy change", time.Since(changed).Round(time.Millisecond))
 	if rv := getReport(t, ns, string(good.UID)).GetResourceVersion(); rv != goodRV {
 		t.Errorf("the unchanged report was written again (resourceVersion %s → %s)", goodRV, rv)
@@ -262,7 +262,7 @@ func TestBackgroundReports(t *testing.T) {
 	ex := polex("scan-ex-"+id, ns, name, "bad-1")
 	t.Cleanup(func() { _ = kc.Delete(context.Background(), ex) })
 	apply(t, ex)
-	r = waitReport(t, ns, string(bad.UID), 10*time.Second, oneResult(name, "skip", "rule is skipped due to policy exception"))
+	r = waitReport(t, ns, string(bad.UID), 30*time.Second, oneResult(name, "skip", "rule is skipped due to policy exception"))
 	if res := results(r)[0]; res["rule"] != "exception" || fmt.Sprint(res["properties"].(map[string]any)["exceptions"]) != "scan-ex-"+id {
 		t.Errorf("exception result %v", res)
 	}
@@ -275,7 +275,7 @@ func TestBackgroundReports(t *testing.T) {
 	expires := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second).Add(time.Second)
 	ex["spec"].(map[string]any)["expiresAt"] = expires.Format(time.RFC3339)
 	apply(t, ex)
-	waitReport(t, ns, string(bad.UID), 15*time.Second, oneResult(name, "fail", "forbidden here"))
+	waitReport(t, ns, string(bad.UID), 30*time.Second, oneResult(name, "fail", "forbidden here"))
 	if time.Now().Before(expires) {
 		t.Errorf("the exception stopped counting before it expired (%v)", expires)
 	}
@@ -297,19 +297,19 @@ func TestBackgroundReports(t *testing.T) {
 	if err := pods.Delete(ctx, "bad-2", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	waitReport(t, ns, string(late.UID), 10*time.Second, absent)
+	waitReport(t, ns, string(late.UID), 30*time.Second, absent)
 
 	// A report deleted by someone else is written again.
 	if err := kc.Dynamic.Resource(polrGVR).Namespace(ns).Delete(ctx, string(good.UID), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitReport(t, ns, string(good.UID), 10*time.Second, oneResult(name, "pass", ""))
+	waitReport(t, ns, string(good.UID), 30*time.Second, oneResult(name, "pass", ""))
 
 	// Background evaluation turned off: no results, no reports.
 	off := false
 	apply(t, scanPolicy(name, id, "bad", "bad pods are forbidden here", &off))
-	waitReport(t, ns, string(bad.UID), 10*time.Second, absent)
-	waitReport(t, ns, string(good.UID), 10*time.Second, absent)
+	waitReport(t, ns, string(bad.UID), 30*time.Second, absent)
+	waitReport(t, ns, string(good.UID), 30*time.Second, absent)
 	st := f.src.ScanStats()
 	if st.Created < 3 || st.Deleted < 3 || st.WriteErrors != 0 {
 		t.Errorf("stats %+v", st)
@@ -322,7 +322,8 @@ func polexKey(ns, name string) store.Key {
 
 // TestBackgroundReportsVAP: a ValidatingAdmissionPolicy and its binding
 // (Audit) report on the existing objects they match (ConfigMaps here),
-// source ValidatingAdmissionPolicy; a ClusterPolicyReport for a
+// source ValidatingAdmissionPolicy; a MutatingPolicy reports that its
+// mutation is not applied; a ClusterPolicyReport for a
 // cluster-scoped object (a Namespace matched by a ValidatingPolicy).
 func TestBackgroundReportsVAP(t *testing.T) {
 	needAPIServer(t)
@@ -370,6 +371,27 @@ func TestBackgroundReportsVAP(t *testing.T) {
 	if res := results(r)[0]; res["source"] != "ValidatingAdmissionPolicy" || !strings.Contains(fmt.Sprint(res["message"]), "forbidden ConfigMap") ||
 		res["properties"].(map[string]any)["process"] != "background scan" {
 		t.Errorf("result %v", res)
+	}
+
+	// A MutatingPolicy that would label ConfigMaps: "mutation is not
+	// applied" on the existing ones, as Kyverno reports it.
+	mp := map[string]any{
+		"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy",
+		"metadata": map[string]any{"name": "scan-mpol-" + id},
+		"spec": map[string]any{
+			"matchConstraints": map[string]any{
+				"resourceRules":     []any{rule("", "configmaps", "CREATE")},
+				"namespaceSelector": map[string]any{"matchLabels": map[string]any{"scan": id}},
+			},
+			"mutations": []any{map[string]any{"patchType": "ApplyConfiguration", "applyConfiguration": map[string]any{
+				"expression": `Object{metadata: Object.metadata{labels: {"seen": "yes"}}}`}}},
+		},
+	}
+	t.Cleanup(func() { _ = kc.Delete(context.Background(), mp) })
+	apply(t, mp)
+	r = waitReport(t, ns, string(bad.UID), 30*time.Second, func(u *unstructured.Unstructured) bool { return len(results(u)) == 2 })
+	if res := results(r)[0]; res["source"] != "KyvernoMutatingPolicy" || res["policy"] != "scan-mpol-"+id || res["result"] != "fail" || res["message"] != "mutation is not applied" {
+		t.Errorf("mutating policy result %v", res)
 	}
 
 	// A ValidatingPolicy on Namespaces: a ClusterPolicyReport.

@@ -332,8 +332,7 @@ func (sc *scanner) run(ctx context.Context) {
 		expiry, err := sc.scan(ctx, snap)
 		if err != nil && ctx.Err() == nil {
 			backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
-			sc.log.Warn("writing reports failed; retrying", "err", err, "in", backoff)
-			sc.markFull()
+			sc.log.Warn("writing reports failed; retrying them", "err", err, "in", backoff)
 			select {
 			case <-ctx.Done():
 				return
@@ -663,6 +662,9 @@ type scanTarget struct {
 
 // job is a report write: want nil deletes the report.
 type job struct {
+	// obj is the object scanned (zero for the report of an object gone):
+	// a failed write scans it again.
+	obj      objRef
 	ref      reportRef
 	cluster  bool
 	want     *unstructured.Unstructured
@@ -740,7 +742,11 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 	for i, t := range targets {
 		ref := reportRef{ns: t.u.GetNamespace(), name: string(t.u.GetUID())}
 		desired[ref] = true
+		n := len(jobs)
 		jobs = sc.diff(jobs, ref, !t.w.namespaced, wants[i])
+		if len(jobs) > n {
+			jobs[n].obj = objRef{gr: t.w.gvr.GroupResource(), ns: t.u.GetNamespace(), name: t.u.GetName()}
+		}
 	}
 	for ref := range gone {
 		if !desired[ref] {
@@ -873,6 +879,14 @@ func (sc *scanner) write(ctx context.Context, jobs []job) error {
 				}
 				if err := sc.writeOne(ctx, &jobs[i]); err != nil {
 					sc.writeErrors.Add(1)
+					// Retried by the next scan (after the backoff).
+					sc.mu.Lock()
+					if j := &jobs[i]; j.obj.name != "" {
+						sc.dirty[j.obj] = true
+					} else {
+						sc.gone[j.ref] = true
+					}
+					sc.mu.Unlock()
 					mu.Lock()
 					if len(errs) < 5 {
 						errs = append(errs, err)

@@ -432,3 +432,41 @@ func TestBackgroundReportsVAP(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestReportWriteRetried: a report the API server refuses (its namespace
+// is terminating: nothing here finishes deleting it) is retried, for its
+// object alone — no full rescan — with a growing backoff.
+func TestReportWriteRetried(t *testing.T) {
+	needAPIServer(t)
+	cs, err := kubernetes.NewForConfig(apiserver.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := fmt.Sprintf("%04d", time.Now().UnixNano()%10000)
+	ns := "scanretry-" + id
+	scanNamespace(t, cs, ns, id)
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, scanPod("bad-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No pod is left in the namespace, which stays terminating, for the
+	// scans of later tests.
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), "bad-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f := startScan(t, &ReportsConfig{Delay: 50 * time.Millisecond})
+	name := "scan-retry-" + id
+	pol := scanPolicy(name, id, "bad", "bad pods are not allowed", nil)
+	t.Cleanup(func() { _ = kc.Delete(context.Background(), pol) })
+	apply(t, pol)
+	// Once the informers all listed (each listing asks for a full scan).
+	eventually(t, "refused report writes", func() bool { return f.src.ScanStats().WriteErrors >= 3 })
+	st := f.src.ScanStats()
+	eventually(t, "the write retried twice", func() bool { return f.src.ScanStats().WriteErrors >= st.WriteErrors+2 })
+	if got := f.src.ScanStats(); got.FullScans != st.FullScans || got.Scans <= st.Scans {
+		t.Errorf("retries: %+v, then %+v", st, got)
+	}
+}

@@ -159,6 +159,10 @@ type scanner struct {
 	policies  map[store.Key]*manifest.Object
 	infos     map[store.Key]storedInfo
 	resources []schema.GroupVersionResource // wanted, last computed
+	// generated are the policies with status.generated (Kyverno leaves
+	// them to the ValidatingAdmissionPolicy it generated: no results), by
+	// kind, namespace and name.
+	generated map[[3]string]bool
 	wg        sync.WaitGroup
 
 	scans, fullScans, evaluated, created, updated, deleted, writeErrors, lastRev atomic.Uint64
@@ -408,6 +412,7 @@ func (sc *scanner) policiesChanged(snap Snapshot) bool {
 func (sc *scanner) wantedResources(snap Snapshot) []schema.GroupVersionResource {
 	var literal []metav1.GroupVersionResource
 	seen := map[store.Key]bool{}
+	generated := map[[3]string]bool{}
 	snap.Range(func(k store.Key, o *manifest.Object) bool {
 		switch {
 		case isStatusKind(k.Group, k.Kind):
@@ -420,6 +425,9 @@ func (sc *scanner) wantedResources(snap Snapshot) []schema.GroupVersionResource 
 				}
 				si = storedInfo{obj: o, info: info}
 				sc.infos[k] = si
+			}
+			if si.info != nil && si.info.generated {
+				generated[[3]string{k.Kind, k.Namespace, k.Name}] = true
 			}
 			if si.info != nil && si.info.background && !si.info.generated {
 				literal = append(literal, gvrsOf(si.info)...)
@@ -434,6 +442,7 @@ func (sc *scanner) wantedResources(snap Snapshot) []schema.GroupVersionResource 
 			delete(sc.infos, k)
 		}
 	}
+	sc.generated = generated
 	var preferred []*metav1.APIResourceList
 	expanded := false
 	out := map[schema.GroupResource]schema.GroupVersionResource{}
@@ -806,8 +815,17 @@ func (sc *scanner) evaluate(ctx context.Context, ps *engine.PolicySet, c kyverno
 				req.Fill()
 				d := ps.Evaluate(ctx, req, opts)
 				sc.evaluated.Add(1)
-				if len(d.Results) > 0 {
-					out[i] = buildReport(t.u, t.w.namespaced, d.Results, rev, now)
+				rs := d.Results
+				if len(sc.generated) > 0 {
+					rs = rs[:0:0]
+					for _, r := range d.Results {
+						if !sc.generated[[3]string{r.PolicyKind, r.PolicyNamespace, r.PolicyName}] {
+							rs = append(rs, r)
+						}
+					}
+				}
+				if len(rs) > 0 {
+					out[i] = buildReport(t.u, t.w.namespaced, rs, rev, now)
 				}
 			}
 		}()

@@ -324,7 +324,8 @@ func polexKey(ns, name string) store.Key {
 // (Audit) report on the existing objects they match (ConfigMaps here),
 // source ValidatingAdmissionPolicy; a MutatingPolicy reports that its
 // mutation is not applied; a ClusterPolicyReport for a
-// cluster-scoped object (a Namespace matched by a ValidatingPolicy).
+// cluster-scoped object (a Namespace matched by ValidatingPolicies), whose
+// result from a policy that says status.generated goes.
 func TestBackgroundReportsVAP(t *testing.T) {
 	needAPIServer(t)
 	cs, err := kubernetes.NewForConfig(apiserver.Config)
@@ -407,8 +408,16 @@ func TestBackgroundReportsVAP(t *testing.T) {
 			"validations": []any{map[string]any{"expression": "has(object.metadata.labels.owner)", "message": "namespaces need an owner"}},
 		},
 	}
-	t.Cleanup(func() { _ = kc.Delete(context.Background(), nsPol) })
+	// A second one, which passes.
+	nsPol2 := (&unstructured.Unstructured{Object: nsPol}).DeepCopy().Object
+	nsPol2["metadata"] = map[string]any{"name": "scan-ns2-" + id}
+	nsPol2["spec"].(map[string]any)["validations"] = []any{map[string]any{"expression": "true", "message": "never"}}
+	t.Cleanup(func() {
+		_ = kc.Delete(context.Background(), nsPol)
+		_ = kc.Delete(context.Background(), nsPol2)
+	})
 	apply(t, nsPol)
+	apply(t, nsPol2)
 	nsObj, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -418,16 +427,43 @@ func TestBackgroundReportsVAP(t *testing.T) {
 		u, err := kc.Dynamic.Resource(cpolrGVR).Get(ctx, string(nsObj.UID), metav1.GetOptions{})
 		if err == nil {
 			rs := results(u)
-			if len(rs) != 1 || rs[0]["result"] != "fail" || rs[0]["policy"] != "scan-ns-"+id || u.Object["scope"].(map[string]any)["kind"] != "Namespace" {
-				t.Fatalf("cluster report %s", mustJSON(u.Object))
+			if len(rs) == 2 {
+				if rs[0]["result"] != "fail" || rs[0]["policy"] != "scan-ns-"+id || rs[1]["result"] != "pass" || u.Object["scope"].(map[string]any)["kind"] != "Namespace" {
+					t.Fatalf("cluster report %s", mustJSON(u.Object))
+				}
+				break
 			}
-			break
 		}
 		if !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("no ClusterPolicyReport for the Namespace")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// status.generated (Kyverno generated a ValidatingAdmissionPolicy from
+	// the policy and leaves the policy to it): no results of its own.
+	u, err := kc.Dynamic.Resource(resources[kyvernoapi.KindValidatingPolicy]).Get(ctx, "scan-ns-"+id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["status"] = map[string]any{"generated": true}
+	if _, err := kc.Dynamic.Resource(resources[kyvernoapi.KindValidatingPolicy]).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		u, err := kc.Dynamic.Resource(cpolrGVR).Get(ctx, string(nsObj.UID), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs := results(u); len(rs) == 1 && rs[0]["policy"] == "scan-ns2-"+id {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the generated policy's result stays: %s", mustJSON(u.Object))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

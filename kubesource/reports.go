@@ -741,62 +741,70 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 		}
 	}
 	rev := revisionOf(snap)
-	wants := sc.evaluate(ctx, ps, sn.Context(), now, rev, targets)
-	evaluated := time.Since(now)
-	if ctx.Err() != nil {
-		return expiry, ctx.Err()
-	}
-	var jobs []job
 	desired := make(map[reportRef]bool, len(targets))
-	for i, t := range targets {
+	for _, t := range targets {
+		desired[reportRef{ns: t.u.GetNamespace(), name: string(t.u.GetUID())}] = true
+	}
+	// Each object's report is written as soon as it is evaluated, while
+	// the others are.
+	w := sc.startWriters(ctx)
+	sc.evaluate(ctx, ps, sn.Context(), now, rev, targets, func(t scanTarget, want *unstructured.Unstructured) {
 		ref := reportRef{ns: t.u.GetNamespace(), name: string(t.u.GetUID())}
-		desired[ref] = true
-		n := len(jobs)
-		jobs = sc.diff(jobs, ref, !t.w.namespaced, wants[i])
-		if len(jobs) > n {
-			jobs[n].obj = objRef{gr: t.w.gvr.GroupResource(), ns: t.u.GetNamespace(), name: t.u.GetName()}
+		if js := sc.diff(nil, ref, !t.w.namespaced, want); len(js) > 0 {
+			js[0].obj = objRef{gr: t.w.gvr.GroupResource(), ns: t.u.GetNamespace(), name: t.u.GetName()}
+			w.put(ctx, js[0])
 		}
-	}
-	for ref := range gone {
-		if !desired[ref] {
-			jobs = sc.diff(jobs, ref, ref.ns == "", nil)
-			desired[ref] = true
-		}
-	}
-	if full && allSynced {
-		// Reports whose object is gone, or of a kind no background policy
-		// matches any more.
-		for _, inf := range []cache.SharedIndexInformer{sc.polr, sc.cpolr} {
-			for _, o := range inf.GetStore().List() {
-				u, ok := o.(*unstructured.Unstructured)
-				if !ok {
-					continue
+	})
+	evaluated := time.Since(now)
+	if ctx.Err() == nil {
+		for ref := range gone {
+			if !desired[ref] {
+				for _, j := range sc.diff(nil, ref, ref.ns == "", nil) {
+					w.put(ctx, j)
 				}
-				ref := reportRef{ns: u.GetNamespace(), name: u.GetName()}
-				if !desired[ref] {
-					jobs = sc.diff(jobs, ref, ref.ns == "", nil)
+				desired[ref] = true
+			}
+		}
+		if full && allSynced {
+			// Reports whose object is gone, or of a kind no background
+			// policy matches any more.
+			for _, inf := range []cache.SharedIndexInformer{sc.polr, sc.cpolr} {
+				for _, o := range inf.GetStore().List() {
+					u, ok := o.(*unstructured.Unstructured)
+					if !ok {
+						continue
+					}
+					ref := reportRef{ns: u.GetNamespace(), name: u.GetName()}
+					if !desired[ref] {
+						for _, j := range sc.diff(nil, ref, ref.ns == "", nil) {
+							w.put(ctx, j)
+						}
+					}
 				}
 			}
 		}
 	}
-	err := sc.write(ctx, jobs)
+	err := w.close(ctx)
+	if ctx.Err() != nil {
+		return expiry, ctx.Err()
+	}
 	sc.scans.Add(1)
 	if full {
 		sc.fullScans.Add(1)
 	}
 	sc.lastRev.Store(rev)
-	if len(jobs) == 0 && !full {
+	writes := w.n.Load()
+	if writes == 0 && !full {
 		sc.log.Debug("background scan", "revision", rev, "objects", len(targets))
 	} else {
-		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", len(jobs), "evaluation", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
+		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", writes, "evaluation", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
 	}
 	return expiry, err
 }
 
-// evaluate evaluates the targets in parallel; the reports are nil where
-// no policy gave a result.
-func (sc *scanner) evaluate(ctx context.Context, ps *engine.PolicySet, c kyvernocel.Context, now time.Time, rev uint64, targets []scanTarget) []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, len(targets))
+// evaluate evaluates the targets in parallel, passing each one's report
+// to emit (nil where no policy gave a result), from several goroutines.
+func (sc *scanner) evaluate(ctx context.Context, ps *engine.PolicySet, c kyvernocel.Context, now time.Time, rev uint64, targets []scanTarget, emit func(scanTarget, *unstructured.Unstructured)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range max(1, runtime.GOMAXPROCS(0)) {
@@ -824,14 +832,15 @@ func (sc *scanner) evaluate(ctx context.Context, ps *engine.PolicySet, c kyverno
 						}
 					}
 				}
+				var want *unstructured.Unstructured
 				if len(rs) > 0 {
-					out[i] = buildReport(t.u, t.w.namespaced, rs, rev, now)
+					want = buildReport(t.u, t.w.namespaced, rs, rev, now)
 				}
+				emit(t, want)
 			}
 		}()
 	}
 	wg.Wait()
-	return out
 }
 
 // existing is the report stored under ref (from the informers).
@@ -876,49 +885,65 @@ func (sc *scanner) diff(jobs []job, ref reportRef, cluster bool, want *unstructu
 	return append(jobs, job{ref: ref, cluster: cluster, want: want, canon: canon, existing: cur})
 }
 
-// write runs the jobs, Workers at a time (the client's QPS and Burst bound
-// the rate).
-func (sc *scanner) write(ctx context.Context, jobs []job) error {
-	if len(jobs) == 0 {
-		return nil
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for range min(sc.cfg.Workers, len(jobs)) {
-		wg.Add(1)
+// writer runs report writes, Workers at a time (the client's QPS and
+// Burst bound the rate).
+type writer struct {
+	ch   chan job
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+	n    atomic.Int64
+}
+
+func (sc *scanner) startWriters(ctx context.Context) *writer {
+	w := &writer{ch: make(chan job, 4*sc.cfg.Workers)}
+	for range sc.cfg.Workers {
+		w.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(jobs) || ctx.Err() != nil {
-					return
+			defer w.wg.Done()
+			for j := range w.ch {
+				if ctx.Err() != nil {
+					continue
 				}
-				if err := sc.writeOne(ctx, &jobs[i]); err != nil {
+				if err := sc.writeOne(ctx, &j); err != nil {
 					sc.writeErrors.Add(1)
 					// Retried by the next scan (after the backoff).
 					sc.mu.Lock()
-					if j := &jobs[i]; j.obj.name != "" {
+					if j.obj.name != "" {
 						sc.dirty[j.obj] = true
 					} else {
 						sc.gone[j.ref] = true
 					}
 					sc.mu.Unlock()
-					mu.Lock()
-					if len(errs) < 5 {
-						errs = append(errs, err)
+					w.mu.Lock()
+					if len(w.errs) < 5 {
+						w.errs = append(w.errs, err)
 					}
-					mu.Unlock()
+					w.mu.Unlock()
 				}
 			}
 		}()
 	}
-	wg.Wait()
+	return w
+}
+
+// put queues a write (dropped once ctx is done).
+func (w *writer) put(ctx context.Context, j job) {
+	select {
+	case w.ch <- j:
+		w.n.Add(1)
+	case <-ctx.Done():
+	}
+}
+
+// close waits for the queued writes and returns their errors.
+func (w *writer) close(ctx context.Context) error {
+	close(w.ch)
+	w.wg.Wait()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return errors.Join(errs...)
+	return errors.Join(w.errs...)
 }
 
 func (sc *scanner) client(j *job) dynamic.ResourceInterface {

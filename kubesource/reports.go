@@ -797,7 +797,7 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 	if writes == 0 && !full {
 		sc.log.Debug("background scan", "revision", rev, "objects", len(targets))
 	} else {
-		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", writes, "evaluation", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
+		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", writes, "evaluated_in", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
 	}
 	return expiry, err
 }

@@ -9,13 +9,25 @@ GOLANGCI_LINT := $(GO) tool -modfile=tools/go.mod golangci-lint
 FUZZ_PARSE_EXECS ?= 80000x
 FUZZ_JSON_EXECS  ?= 200000x
 FUZZ_YAML_EXECS  ?= 100000x
+FUZZ_CODEC_EXECS ?= 100000x
 
-.PHONY: all build run test test-short test-k8s bench proto proto-check lint fuzz conformance clean loadtest hostile fuzz-server generate
+.PHONY: all build image run test test-short test-k8s bench proto proto-check lint fuzz conformance clean loadtest loadtest-ghz hostile fuzz-server generate
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/arbiter
+
+# The container image as an OCI image layout in $(IMAGE_DIR), without a
+# Docker daemon (internal/image): the static binary on a distroless-style
+# base made from nothing, user nonroot, an SPDX SBOM attached as a
+# referrer. Reproducible: the creation time is the last commit's.
+IMAGE_DIR       ?= bin/image
+IMAGE_PLATFORMS ?= linux/amd64
+IMAGE_TAG       ?= dev
+image:
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) \
+		$(GO) run ./internal/image/mkimage -o $(IMAGE_DIR) -platform $(IMAGE_PLATFORMS) -tag $(IMAGE_TAG)
 
 # Runs the server on its embedded bbolt store (./data) with the example policies.
 run: build
@@ -30,6 +42,9 @@ test: proto-check lint
 	# The ValidatingAdmissionPolicy cases that exhaust the CEL cost budget,
 	# skipped under -race (too slow there).
 	$(GO) test -count=1 -run 'TestDifferential' ./engine/vap/
+	# deploy/monitoring: the alert rules and the dashboard against the
+	# metrics the servers export (a module of its own: Prometheus's deps).
+	cd deploy/monitoring && $(GO) test -count=1 .
 	# Fuzz budgets are execution counts, not durations: with a duration, Go 1.26's
 	# fuzz coordinator can fail at the deadline with "context deadline exceeded"
 	# and no failing input (golang/go#75804, fixed in Go 1.27).
@@ -37,6 +52,9 @@ test: proto-check lint
 	$(GO) test -run '^$$' -fuzz 'FuzzDecodeJSON$$' -fuzztime $(FUZZ_JSON_EXECS) ./engine/manifest
 	$(GO) test -run '^$$' -fuzz 'FuzzDecodeYAMLFast$$' -fuzztime $(FUZZ_YAML_EXECS) ./engine/manifest
 	$(GO) test -run '^$$' -fuzz 'FuzzSplitDocuments$$' -fuzztime $(FUZZ_JSON_EXECS) ./engine/manifest
+	# The server's own decoding of DecideRequest and of a Struct, against the libraries'.
+	$(GO) test -run '^$$' -fuzz 'FuzzServerDecideRequest$$' -fuzztime $(FUZZ_CODEC_EXECS) ./proto/arbiter/v1
+	$(GO) test -run '^$$' -fuzz 'FuzzStructValue$$' -fuzztime $(FUZZ_CODEC_EXECS) ./convert
 	# Against a real kube-apiserver (built once per machine, then cached).
 	@if [ -x "$(K8S_RUN)" ]; then $(MAKE) --no-print-directory test-k8s; \
 	else echo "make test: $(K8S_RUN) not found: the tests against a real kube-apiserver were skipped"; fi
@@ -75,16 +93,31 @@ loadtest:
 	ARBITER_LOADTEST=1 ARBITER_LOADTEST_RATE=$(LOAD_RATE) ARBITER_LOADTEST_DURATION=$(LOAD_SECONDS) \
 		$(GO) test -run '^TestLoad$$' -count=1 -v -timeout 10m ./server/
 
+# Cross-process load test with ghz (pinned in tools/go.mod), loopback only,
+# ~3 min: `arbiter serve --load` with 16 and 50 policies, both request shapes
+# (object_json, object as a Struct), decision log off and on; prints
+# decisions/s, p50/p99, server CPU µs per decision (/proc/PID/stat) beside
+# the engine's CPU per Evaluate, and Decide vs an empty health check.
+# GHZ_ARGS adds flags (-arbiter OLD,NEW -rounds 3: alternate binaries;
+# -profile DIR: CPU profiles of the server). See docs/performance.md.
+GHZ_SECONDS ?= 8
+GHZ_ARGS    ?=
+loadtest-ghz: build
+	$(GO) run ./internal/loadtest -arbiter $(BIN) -duration $(GHZ_SECONDS)s $(GHZ_ARGS)
+
 # 100,000 hostile decision requests through the full server stack: expected
 # codes only, heap growth within 16 MiB (make test sends a few thousand).
 HOSTILE_N ?= 100000
 hostile:
 	ARBITER_HOSTILE_N=$(HOSTILE_N) $(GO) test -run '^TestHostileRequests$$' -count=1 -v -timeout 30m ./server/
 
-# Fuzz Decide and the manifest write path (random and hostile inputs).
+# Fuzz Decide and the manifest write path (random and hostile inputs), and
+# the server's decoding of DecideRequest against the standard codec.
 fuzz-server:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime 200000x ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteManifest$$' -fuzztime 200000x ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzServerDecideRequest$$' -fuzztime 1000000x ./proto/arbiter/v1/
+	$(GO) test -run '^$$' -fuzz '^FuzzStructSize$$' -fuzztime 200000x ./server/limits/
 
 # Regenerates proto/arbiter/v1/*.pb.go with the tools pinned in tools/go.mod.
 proto:

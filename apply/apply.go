@@ -11,7 +11,6 @@ package apply
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	results "github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/engine/patch"
@@ -68,6 +68,9 @@ type Options struct {
 	Context ContextOptions
 	// Stderr receives warnings and the progress bar (nil: os.Stderr).
 	Stderr io.Writer
+	// ImageVerifier serves ImageValidatingPolicies locally (nil: their
+	// results are errors).
+	ImageVerifier kyvernocel.ImageVerifier
 }
 
 // ErrFailed is Run's answer when the run fails by its exit rule (a
@@ -90,9 +93,11 @@ type outcome struct {
 	// report is the outcome's PolicyReport (for -o table, yaml, junit).
 	report report.Report
 	// object is the resource as JSON, kept (-o json, yaml, with --server)
-	// until the decision says whether it was mutated; admitted is the
-	// resource as the mutations left it (-o json, yaml), when they did.
+	// until the decision says whether it was mutated; mutated is the
+	// resource as the mutations left it (-o json, yaml), when they did,
+	// and admitted the same as JSON (-o yaml).
 	object, admitted []byte
+	mutated          map[string]any
 }
 
 func newOutcome(res *manifest.Object, namespace string) outcome {
@@ -149,23 +154,23 @@ func (f *finisher) finishReport(i int, oc *outcome, js []byte, sum *arbiterv1.Re
 // applyPatch makes the admitted resource of a decision that mutated it
 // (--server: the patch applied to the resource's JSON).
 func (oc *outcome) applyPatch() {
-	if p := oc.decision.GetPatch(); len(p) > 0 && oc.admitted == nil && oc.object != nil {
-		oc.admitted, _ = applyJSONPatch(oc.object, p)
+	if p := oc.decision.GetPatch(); len(p) > 0 && oc.mutated == nil && oc.object != nil {
+		oc.mutated, _ = applyJSONPatch(oc.object, p)
 	}
 	oc.object = nil
 }
 
 // applyJSONPatch applies an RFC 6902 patch (the server's) to a JSON object
 // with the engine's patch code (the server made the patch with it).
-func applyJSONPatch(object, p []byte) ([]byte, error) {
-	var raw []struct {
-		Op    string          `json:"op"`
-		Path  string          `json:"path"`
-		From  string          `json:"from"`
-		Value json.RawMessage `json:"value"`
-	}
-	if err := json.Unmarshal(p, &raw); err != nil {
+func applyJSONPatch(object, p []byte) (map[string]any, error) {
+	// The patch decoded as the engine decodes objects (integers as int64).
+	wrapped, err := manifest.DecodeJSON(append(append([]byte(`{"p":`), p...), '}'))
+	if err != nil {
 		return nil, fmt.Errorf("patch: %w", err)
+	}
+	raw, ok := wrapped["p"].([]any)
+	if !ok {
+		return nil, errors.New("patch: not an array")
 	}
 	obj, err := manifest.DecodeJSON(object)
 	if err != nil {
@@ -173,36 +178,41 @@ func applyJSONPatch(object, p []byte) ([]byte, error) {
 	}
 	ops := make([]patch.Op, len(raw))
 	for i, r := range raw {
-		ops[i] = patch.Op{Op: r.Op, Path: r.Path, From: r.From, Value: patch.NoValue{}}
-		if r.Value != nil {
-			// Decoded as the engine decodes objects (integers as int64).
-			wrapped, err := manifest.DecodeJSON(append(append([]byte(`{"v":`), r.Value...), '}'))
-			if err != nil {
-				return nil, fmt.Errorf("patch[%d].value: %w", i, err)
-			}
-			ops[i].Value = wrapped["v"]
+		m, ok := r.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("patch[%d]: not an object", i)
 		}
+		op := patch.Op{Value: patch.NoValue{}}
+		for _, f := range []struct {
+			name string
+			to   *string
+		}{{"op", &op.Op}, {"path", &op.Path}, {"from", &op.From}} {
+			if v, ok := m[f.name]; ok && v != nil {
+				if *f.to, ok = v.(string); !ok {
+					return nil, fmt.Errorf("patch[%d].%s: not a string", i, f.name)
+				}
+			}
+		}
+		if v, ok := m["value"]; ok {
+			op.Value = v
+		}
+		ops[i] = op
 	}
-	out, err := patch.ApplyJSONPatch(obj, ops)
-	if err != nil {
-		return nil, err
-	}
-	return jsonenc.AppendValue(nil, out)
+	return patch.ApplyJSONPatch(obj, ops)
 }
 
 // appendAdmitted appends the admitted resource of a mutated outcome as an
 // element of the -o json array, before its report.
 func (oc *outcome) appendAdmitted(buf []byte) []byte {
-	if oc.admitted == nil {
+	if oc.mutated == nil {
 		return buf
 	}
-	var b bytes.Buffer
-	if json.Indent(&b, oc.admitted, "  ", "  ") != nil {
+	out, err := jsonenc.AppendIndent(buf, oc.mutated, "  ", "  ")
+	oc.mutated = nil
+	if err != nil {
 		return buf
 	}
-	buf = append(buf, b.Bytes()...)
-	oc.admitted = nil
-	return append(buf, ",\n  "...)
+	return append(out, ",\n  "...)
 }
 
 // appendIndented appends JSON with prefix after each of its line breaks
@@ -234,6 +244,7 @@ func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) 
 	}
 	oc.applyPatch()
 	if format == formatWhatIf {
+		oc.mutated = nil
 		if !oc.changed {
 			oc.decision, oc.candidate = nil, nil
 		}
@@ -254,6 +265,10 @@ func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) 
 	if format == "json" {
 		return rep.AppendJSONCached(oc.appendAdmitted(buf), "  ", cache)
 	}
+	if oc.mutated != nil && format == "yaml" {
+		oc.admitted, _ = jsonenc.AppendValue(nil, oc.mutated)
+	}
+	oc.mutated = nil
 	oc.report = rep
 	return nil
 }
@@ -351,7 +366,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		}
 		prog = newProgress(o.Progress, len(in.resources), o.Stderr)
 		start = time.Now()
-		if outcomes, err = decideLocal(ctx, ps, libs, in.resources, o.Operation, mode, prog, fin); err != nil {
+		if outcomes, err = decideLocal(ctx, ps, libs, in.resources, o.Operation, mode, o.ImageVerifier, prog, fin); err != nil {
 			return err
 		}
 	}
@@ -400,7 +415,7 @@ func failed(outcomes []outcome, failOn string) bool {
 
 // decideLocal evaluates every resource on the compiled set, in parallel,
 // decoding each as it goes.
-func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Context, resources []resourceDoc, operation string, mode admission.Mode, prog *progress, fin *finisher) ([]outcome, error) {
+func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Context, resources []resourceDoc, operation string, mode admission.Mode, iv kyvernocel.ImageVerifier, prog *progress, fin *finisher) ([]outcome, error) {
 	outcomes := make([]outcome, len(resources))
 	err := parallel.Try(len(resources), func(i int) error {
 		res, sizes, err := resources[i].decoded()
@@ -412,11 +427,13 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Co
 			return err
 		}
 		outcomes[i] = newOutcome(res, req.Namespace)
-		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes, Context: libs})
-		outcomes[i].decision = convert.ResponseFromDecision(d)
-		if d.Mutated != nil && (fin.format == "json" || fin.format == "yaml") {
-			outcomes[i].admitted, _ = jsonenc.AppendValue(nil, d.Mutated)
+		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes, Context: libs, ImageVerifier: iv})
+		if fin.format == "json" || fin.format == "yaml" {
+			outcomes[i].mutated = d.Mutated
 		}
+		// The mutated resource is at hand: no patch to it is needed.
+		d.Mutated = nil
+		outcomes[i].decision = convert.ResponseFromDecision(d)
 		fin.finish(i, &outcomes[i])
 		prog.add(1)
 		return nil

@@ -264,13 +264,27 @@ func (c *Client) newCall(function, method, rawURL string) *Call {
 // do makes an http.* call: checks, sends, reads at most the size limit and
 // decodes the response as Kyverno does.
 func (c *Client) do(ctx context.Context, function, method, rawURL string, body []byte, headers map[string]string) (any, error) {
+	status, data, err := c.send(ctx, function, method, rawURL, body, func(h http.Header) {
+		for k, v := range headers {
+			h.Add(k, v)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return decodeResponse(data, status), nil
+}
+
+// send makes a call: checks, sends, and reads at most the size limit of
+// the response, whatever its status.
+func (c *Client) send(ctx context.Context, function, method, rawURL string, body []byte, setHeaders func(http.Header)) (int, []byte, error) {
 	call := c.newCall(function, method, rawURL)
 	call.RequestBytes = int64(len(body))
 	defer c.s.record(ctx, call)
-	fail := func(refused bool, err error) (any, error) {
+	fail := func(refused bool, err error) (int, []byte, error) {
 		call.Refused = refused
 		call.Err = &Error{Function: function, Target: quoteURL(rawURL), Err: err}
-		return nil, call.Err
+		return 0, nil, call.Err
 	}
 	if c.ns != "" && !c.s.rules.allowNamespaceHTTP {
 		return fail(true, ErrNamespacedHTTP)
@@ -292,8 +306,8 @@ func (c *Client) do(ctx context.Context, function, method, rawURL string, body [
 		}
 		return fail(true, ErrURLNotAllowed)
 	}
-	for h, v := range headers {
-		req.Header.Add(h, v)
+	if setHeaders != nil {
+		setHeaders(req.Header)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -317,7 +331,7 @@ func (c *Client) do(ctx context.Context, function, method, rawURL string, body [
 	if int64(len(data)) > limit {
 		return fail(false, c.tooLarge())
 	}
-	return decodeResponse(data, resp.StatusCode), nil
+	return resp.StatusCode, data, nil
 }
 
 func (c *Client) tooLarge() error {

@@ -400,6 +400,19 @@ func (g *Globals) GetGlobalReference(_ context.Context, name, projection string)
 	if ge.err != nil {
 		return nil, fmt.Errorf("global context entry %q: %w", name, ge.err)
 	}
+	if ge.entry.Spec.APICall != nil {
+		// Kyverno's apiCall entries (globalcontext/externalapi): a value
+		// that is null — the data, a projection's result, a projection the
+		// entry does not have — is "no data available".
+		v := ge.data
+		if projection != "" {
+			v = ge.projected[projection].v
+		}
+		if v == nil {
+			return nil, fmt.Errorf("global context entry %q: projection %q: no data available", name, projection)
+		}
+		return v, nil
+	}
 	if projection == "" {
 		return ge.data, nil
 	}
@@ -449,6 +462,13 @@ func (g *Globals) compute(ge *globalEntry) {
 	ge.projected = make(map[string]projected, len(e.projections))
 	for _, p := range e.projections {
 		v, err := searchJMESPath(p, jsonShaped(ge.data))
+		if err != nil && e.Spec.APICall != nil {
+			// Kyverno's apiCall entries: a projection that fails fails the
+			// entry (every projection, and its data).
+			ge.data, ge.projected = nil, nil
+			ge.err = fmt.Errorf("projection %q: %w", p.name, err)
+			return
+		}
 		ge.projected[p.name] = projected{v: v, err: err}
 	}
 }

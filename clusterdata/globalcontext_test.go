@@ -221,6 +221,27 @@ spec:
 	if _, err := g3.GetGlobalReference(context.Background(), "deployments", ""); err == nil || !strings.Contains(err.Error(), "apiCall failed at 1970-01-01T00:03:20Z: connection refused") {
 		t.Fatalf("failed fetch: %v", err)
 	}
+	// As Kyverno's apiCall entries: a null value, or a projection the entry
+	// does not have, is "no data available"; a projection that fails
+	// fails the entry.
+	empty := NewEntryData(e, time.Unix(300, 0), map[string]any{"items": []any{}}, nil)
+	g5 := NewGlobals([]*Entry{e}, New([]*manifest.Object{empty}), g3)
+	if _, err := g5.GetGlobalReference(context.Background(), "deployments", "nope"); err == nil || !strings.Contains(err.Error(), "no data available") {
+		t.Fatalf("a projection the entry does not have: %v", err)
+	}
+	plain := e2noProjections(t)
+	null := NewEntryData(plain, time.Unix(300, 0), nil, nil)
+	g6 := NewGlobals([]*Entry{plain}, New([]*manifest.Object{null}), nil)
+	if _, err := g6.GetGlobalReference(context.Background(), "deployments", ""); err == nil || !strings.Contains(err.Error(), "no data available") {
+		t.Fatalf("null data: %v", err)
+	}
+	bad := NewEntryData(e, time.Unix(300, 0), map[string]any{"items": 5}, nil)
+	g7 := NewGlobals([]*Entry{e}, New([]*manifest.Object{bad}), g5)
+	for _, p := range []string{"count", ""} {
+		if _, err := g7.GetGlobalReference(context.Background(), "deployments", p); err == nil || !strings.Contains(err.Error(), `projection "count"`) {
+			t.Fatalf("projection %q of an entry whose projection fails: %v", p, err)
+		}
+	}
 	// Data fetched for another version of the entry is not served.
 	e2 := mustEntry(t, `apiVersion: kyverno.io/v2alpha1
 kind: GlobalContextEntry
@@ -275,4 +296,13 @@ func FuzzCompileEntry(f *testing.F) {
 			_, _ = g.GetGlobalReference(context.Background(), e.Name, p.Name)
 		}
 	})
+}
+
+// e2noProjections is an apiCall entry without projections.
+func e2noProjections(t *testing.T) *Entry {
+	return mustEntry(t, `apiVersion: kyverno.io/v2alpha1
+kind: GlobalContextEntry
+metadata: {name: deployments}
+spec:
+  apiCall: {urlPath: /apis/apps/v1/namespaces/x/deployments, refreshInterval: 1h}`)
 }

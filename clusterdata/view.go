@@ -534,3 +534,24 @@ func (v *View) ToGVR(_ context.Context, apiVersion, kind string) (*schema.GroupV
 func (v *View) All() iter.Seq2[Key, *manifest.Object] {
 	return func(yield func(Key, *manifest.Object) bool) { v.Range(yield) }
 }
+
+// RangeKind calls fn for every object of one kind, by namespace then name,
+// until fn returns false.
+func (v *View) RangeKind(gk schema.GroupKind, fn func(Key, *manifest.Object) bool) {
+	if v == nil {
+		return
+	}
+	b := v.kinds[gk]
+	if b == nil {
+		return
+	}
+	b.derive()
+	for _, ns := range b.namespaces {
+		nb := b.byNS[ns]
+		for i, name := range nb.names {
+			if !fn(Key{Group: gk.Group, Kind: gk.Kind, Namespace: ns, Name: name}, nb.objs[i]) {
+				return
+			}
+		}
+	}
+}

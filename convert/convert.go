@@ -7,6 +7,7 @@ package convert
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -71,8 +72,7 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*admission.Request, *engine.
 		opts.ObjectSizes = oldSizes
 	}
 	if ns := in.GetNamespaceObject(); ns != nil {
-		req.NamespaceObject = ns.AsMap()
-		normalizeNumbers(req.NamespaceObject)
+		req.NamespaceObject, _ = structValue(ns)
 	}
 	if o := in.GetOptions(); o != nil {
 		req.Options = o.AsMap()
@@ -184,29 +184,73 @@ func objectField(name string, raw []byte, s *structpb.Struct) (map[string]any, *
 	if s == nil {
 		return nil, nil, nil
 	}
-	m := s.AsMap()
-	normalizeNumbers(m)
-	return m, nil, nil
+	m, sizes := structValue(s)
+	return m, &sizes, nil
 }
 
-// normalizeNumbers turns the float64 numbers of a protobuf Struct into
-// int64 where they are integral, as Kubernetes' JSON decoding does.
-func normalizeNumbers(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, e := range t {
-			t[k] = normalizeNumbers(e)
-		}
-	case []any:
-		for i, e := range t {
-			t[i] = normalizeNumbers(e)
-		}
-	case float64:
-		if t == float64(int64(t)) && t < 1<<53 && t > -(1<<53) {
-			return int64(t)
-		}
+// structValue converts a protobuf Struct to the engine's JSON-shaped data
+// in one walk, measuring its sizes as it goes (as manifest.SizesOf would
+// after): the value is that of s.AsMap() with normalizeNumbers applied
+// (integral numbers as int64), which FuzzStructValue checks.
+func structValue(s *structpb.Struct) (map[string]any, manifest.Sizes) {
+	fields := s.GetFields()
+	n := uint64(len(fields))
+	sizes := manifest.Sizes{Entries: n, Length: n}
+	m := make(map[string]any, len(fields))
+	for k, v := range fields {
+		var vs manifest.Sizes
+		m[k], vs = valueOf(v)
+		sizes = sizes.Max(vs)
+		sizes.Length = max(sizes.Length, uint64(len(k)))
 	}
-	return v
+	return m, sizes
+}
+
+// valueOf is structValue for one Value: v.AsInterface() (NaN and the
+// infinities as the strings it makes of them), numbers normalized.
+func valueOf(v *structpb.Value) (any, manifest.Sizes) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return k.StringValue, manifest.Sizes{Length: uint64(len(k.StringValue))}
+	case *structpb.Value_NumberValue:
+		f := k.NumberValue
+		switch {
+		case math.IsNaN(f):
+			// As AsInterface: JSON has no NaN or infinities.
+			return "NaN", manifest.Sizes{Length: 3}
+		case math.IsInf(f, 1):
+			return "Infinity", manifest.Sizes{Length: 8}
+		case math.IsInf(f, -1):
+			return "-Infinity", manifest.Sizes{Length: 9}
+		}
+		return normalizeNumber(f), manifest.Sizes{}
+	case *structpb.Value_BoolValue:
+		return k.BoolValue, manifest.Sizes{}
+	case *structpb.Value_StructValue:
+		return structValue(k.StructValue)
+	case *structpb.Value_ListValue:
+		vals := k.ListValue.GetValues()
+		n := uint64(len(vals))
+		sizes := manifest.Sizes{Entries: n, Length: n}
+		l := make([]any, len(vals))
+		for i, e := range vals {
+			var es manifest.Sizes
+			l[i], es = valueOf(e)
+			sizes = sizes.Max(es)
+		}
+		return l, sizes
+	}
+	// NullValue, and a Value with no kind set (AsInterface: nil).
+	return nil, manifest.Sizes{}
+}
+
+// normalizeNumber turns an integral float64 of a protobuf Struct into an
+// int64, as Kubernetes' JSON decoding does.
+func normalizeNumber(f float64) any {
+	if f == float64(int64(f)) && f < 1<<53 && f > -(1<<53) {
+		return int64(f)
+	}
+	return f
 }
 
 // FieldError is a request field that is not acceptable (the server answers

@@ -45,9 +45,17 @@ import (
 )
 
 const (
-	examplesDir = "examples"
-	image       = "ghcr.io/arbiter-pdp/arbiter"
+	examplesDir   = "examples"
+	chartDir      = "chart"
+	monitoringDir = "monitoring"
+	image         = "ghcr.io/arbiter-pdp/arbiter"
 )
+
+// notManifests are the directories under deploy/ that hold no kustomize
+// manifests: policies (examples), the Helm chart's templates and values
+// (chart_test.go) and the Prometheus rules and Grafana dashboard
+// (monitoring_test.go).
+var notManifests = map[string]bool{examplesDir: true, chartDir: true, monitoringDir: true}
 
 var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -128,6 +136,7 @@ type certManagerObject struct {
 		CommonName  string   `json:"commonName,omitempty"`
 		SecretName  string   `json:"secretName,omitempty"`
 		DNSNames    []string `json:"dnsNames,omitempty"`
+		IPAddresses []string `json:"ipAddresses,omitempty"`
 		Duration    string   `json:"duration,omitempty"`
 		RenewBefore string   `json:"renewBefore,omitempty"`
 		Usages      []string `json:"usages,omitempty"`
@@ -144,11 +153,31 @@ type certManagerObject struct {
 	} `json:"spec"`
 }
 
+// monitoring.coreos.com/v1 PodMonitor and PrometheusRule (the Helm
+// chart's metrics values), the fields the chart uses, decoded strictly.
+type promOperatorObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		// PodMonitor
+		Selector            *metav1.LabelSelector `json:"selector,omitempty"`
+		PodMetricsEndpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path,omitempty"`
+			Interval string `json:"interval,omitempty"`
+		} `json:"podMetricsEndpoints,omitempty"`
+		// PrometheusRule
+		Groups []map[string]any `json:"groups,omitempty"`
+	} `json:"spec"`
+}
+
 // manifests is everything under deploy/ but examples/.
 type manifests struct {
 	docs           []*doc
 	kustomizations map[string]*kustomization // by file
 	certManager    []*certManagerObject
+	promOperator   []*promOperatorObject
 }
 
 func splitYAML(b []byte) ([][]byte, error) {
@@ -197,6 +226,16 @@ func (m *manifests) decodeDoc(file string, i int, raw []byte) error {
 		}
 		m.certManager = append(m.certManager, &c)
 		return nil
+	case tm.APIVersion == "monitoring.coreos.com/v1":
+		var p promOperatorObject
+		if err := yaml.UnmarshalStrict(raw, &p); err != nil {
+			return err
+		}
+		if p.Kind != "PodMonitor" && p.Kind != "PrometheusRule" {
+			return fmt.Errorf("unexpected monitoring.coreos.com kind %s", p.Kind)
+		}
+		m.promOperator = append(m.promOperator, &p)
+		return nil
 	}
 	obj, gvk, err := strict.Decode(raw, nil, nil)
 	if err != nil {
@@ -213,7 +252,7 @@ func loadManifests(t *testing.T) *manifests {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path == examplesDir {
+		if d.IsDir() && notManifests[path] {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml") {
@@ -365,7 +404,7 @@ func TestKustomization(t *testing.T) {
 		files[d.file] = true
 	}
 	_ = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if d.IsDir() && path == examplesDir {
+		if d.IsDir() && notManifests[path] {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(path, ".yaml") && m.kustomizations[path] == nil {
@@ -1025,7 +1064,7 @@ func TestMutatingWebhookConfiguration(t *testing.T) {
 // TestKubeSourceRBAC: the kube-source component (and managed-webhooks)
 // grant the server's account exactly what `serve --kube-source` uses:
 // reading the kinds it owns, updating only the status subresource of the
-// policies it writes the status of, and (managed webhooks) creating and
+// policies and GlobalContextEntries it writes the status of, and (managed webhooks) creating and
 // updating only the configurations it manages, reading and writing the
 // background scans' reports (the only objects it deletes); no wildcard.
 func TestKubeSourceRBAC(t *testing.T) {
@@ -1073,11 +1112,13 @@ func TestKubeSourceRBAC(t *testing.T) {
 		}
 	}
 	read := []string{"get", "list", "watch"}
-	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies", "policyexceptions"}, read, "")
-	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status"}, []string{"update"}, "")
+	add("policies.kyverno.io", []string{"validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies", "namespacedmutatingpolicies", "imagevalidatingpolicies", "namespacedimagevalidatingpolicies", "policyexceptions"}, read, "")
+	add("policies.kyverno.io", []string{"validatingpolicies/status", "namespacedvalidatingpolicies/status", "mutatingpolicies/status", "namespacedmutatingpolicies/status", "imagevalidatingpolicies/status", "namespacedimagevalidatingpolicies/status"}, []string{"update"}, "")
 	add("admissionregistration.k8s.io", []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, read, "")
 	add("", []string{"namespaces"}, read, "")
 	add("", []string{"events"}, []string{"create", "patch"}, "")
+	add("kyverno.io", []string{"globalcontextentries"}, read, "")
+	add("kyverno.io", []string{"globalcontextentries/status"}, []string{"update"}, "")
 	add("wgpolicyk8s.io", []string{"policyreports", "clusterpolicyreports"}, []string{"get", "list", "watch", "create", "update", "delete"}, "")
 	add("coordination.k8s.io", []string{"leases"}, []string{"create"}, "")
 	add("coordination.k8s.io", []string{"leases"}, []string{"get", "update"}, "arbiter-primary")
@@ -1091,6 +1132,28 @@ func TestKubeSourceRBAC(t *testing.T) {
 	for g := range want {
 		if !got[g] {
 			t.Errorf("used but not granted: %+v", g)
+		}
+	}
+	// The params' and context kinds' rights: aggregated from labelled
+	// ClusterRoles, bound to the server's account.
+	for _, agg := range []struct{ role, label string }{
+		{"arbiter-kube-source-params", "arbiter.dev/aggregate-to-kube-source-params"},
+		{"arbiter-kube-source-context", "arbiter.dev/aggregate-to-kube-source-context"},
+	} {
+		var found, bound bool
+		for _, r := range all[*rbacv1.ClusterRole](m) {
+			if r.Name == agg.role && r.AggregationRule != nil && len(r.AggregationRule.ClusterRoleSelectors) == 1 &&
+				r.AggregationRule.ClusterRoleSelectors[0].MatchLabels[agg.label] == "true" && len(r.Rules) == 0 {
+				found = true
+			}
+		}
+		for _, b := range all[*rbacv1.ClusterRoleBinding](m) {
+			if b.RoleRef.Name == agg.role && len(b.Subjects) == 1 && b.Subjects[0].Name == "arbiter-server" && b.Subjects[0].Namespace == "arbiter" {
+				bound = true
+			}
+		}
+		if !found || !bound {
+			t.Errorf("%s: aggregated from %s: %v, bound to arbiter-server: %v", agg.role, agg.label, found, bound)
 		}
 	}
 	// The reporting identity: view for the server's account.

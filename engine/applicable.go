@@ -6,6 +6,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/psa"
@@ -28,6 +29,9 @@ type Applicable struct {
 	// MutatingPolicy is set for a Kyverno MutatingPolicy or
 	// NamespacedMutatingPolicy (Variant as for Policy).
 	MutatingPolicy *mpol.Policy
+	// ImagePolicy is set for an ImageValidatingPolicy or
+	// NamespacedImageValidatingPolicy (Variant as for Policy).
+	ImagePolicy *ivpol.Policy
 	// VAP is set for a ValidatingAdmissionPolicy: its bindings are those
 	// whose matchResources select the request.
 	VAP *vap.Info

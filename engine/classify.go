@@ -43,6 +43,9 @@ const (
 	ClassMAP
 	// ClassMAPBinding is a MutatingAdmissionPolicyBinding.
 	ClassMAPBinding
+	// ClassImagePolicy is an ImageValidatingPolicy or
+	// NamespacedImageValidatingPolicy (engine/ivpol).
+	ClassImagePolicy
 	// ClassGlobalContextEntry is a Kyverno GlobalContextEntry (kyverno.io):
 	// the data globalContext.Get serves. It is stored and consulted
 	// (package clusterdata), not compiled by the engine.
@@ -78,6 +81,8 @@ func Classify(o *manifest.Object) Class {
 			return ClassMutatingPolicy
 		case kyvernoapi.KindPolicyException:
 			return ClassException
+		case kyvernoapi.KindImageValidatingPolicy, kyvernoapi.KindNamespacedImageValidatingPolicy:
+			return ClassImagePolicy
 		}
 		return ClassUnsupported
 	case group == globalContextGroup && o.Kind == kindGlobalContextEntry:

@@ -12,6 +12,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
@@ -50,6 +51,7 @@ type cachedPolicy struct {
 	version string
 	vpol    *vpol.Policy
 	mpol    *mpol.Policy
+	ivpol   *ivpol.Policy
 }
 
 type cachedAuthz struct {
@@ -113,6 +115,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		class   Class
 		policy  *vpol.Policy
 		mpol    *mpol.Policy
+		ivpol   *ivpol.Policy
 		exc     *exception.Exception
 		err     *manifest.LoadError
 	}
@@ -123,7 +126,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	for _, o := range objs {
 		class := Classify(o)
 		switch class {
-		case ClassPolicy, ClassMutatingPolicy, ClassException:
+		case ClassPolicy, ClassMutatingPolicy, ClassImagePolicy, ClassException:
 			id := o.ID()
 			if seen[id] {
 				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
@@ -137,9 +140,9 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 					s.exc = cached.exception
 				}
 			} else if cached, ok := c.policies[id]; ok && cached.version == version {
-				s.policy, s.mpol = cached.vpol, cached.mpol
+				s.policy, s.mpol, s.ivpol = cached.vpol, cached.mpol, cached.ivpol
 			}
-			if s.policy == nil && s.mpol == nil && s.exc == nil {
+			if s.policy == nil && s.mpol == nil && s.ivpol == nil && s.exc == nil {
 				todo = append(todo, len(slots))
 			}
 			slots = append(slots, s)
@@ -187,6 +190,9 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		case ClassMutatingPolicy:
 			s.mpol, s.err = mpol.Compile(c.env, s.o)
 			return
+		case ClassImagePolicy:
+			s.ivpol, s.err = ivpol.Compile(c.env, s.o)
+			return
 		}
 		s.exc, s.err = exception.Compile(c.env, s.o)
 		if s.err == nil {
@@ -201,6 +207,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	parallel.ForGrain(len(todo), 8, func(i int) { compileSlot(&slots[todo[i]]) })
 	var pols []*vpol.Policy
 	var mpols []*mpol.Policy
+	var ivpols []*ivpol.Policy
 	var excs []*exception.Exception
 	c.mu.Lock()
 	for i := range slots {
@@ -230,6 +237,15 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 				continue
 			}
 			mpols = append(mpols, s.mpol)
+		case s.ivpol != nil:
+			c.policies[s.id] = cachedPolicy{version: s.ver, ivpol: s.ivpol}
+			if opts.RefuseNamespacedHTTP {
+				if err := namespacedImageHTTPRefused(s.o, s.ivpol); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
+			ivpols = append(ivpols, s.ivpol)
 		case s.exc != nil:
 			c.exceptions[s.id] = cachedException{version: s.ver, exception: s.exc}
 			excs = append(excs, s.exc)
@@ -243,7 +259,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	// the built-in kinds and of the set's CustomResourceDefinitions.
 	var applier *applier
 	if len(mpols) > 0 || len(mapObjs) > 0 {
-		a, err := newApplier(others)
+		a, err := newApplier(others, appliesConfigurations(mpols, mapObjs))
 		if err != nil {
 			return nil, err
 		}
@@ -277,6 +293,16 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			a, b := mpols[i], mpols[j]
 			if a.Kind != b.Kind {
 				return a.Kind < b.Kind // MutatingPolicy before NamespacedMutatingPolicy
+			}
+			if a.Namespace != b.Namespace {
+				return a.Namespace < b.Namespace
+			}
+			return a.Name < b.Name
+		})
+		sort.SliceStable(ivpols, func(i, j int) bool {
+			a, b := ivpols[i], ivpols[j]
+			if a.Kind != b.Kind {
+				return a.Kind < b.Kind // ImageValidatingPolicy before NamespacedImageValidatingPolicy
 			}
 			if a.Namespace != b.Namespace {
 				return a.Namespace < b.Namespace
@@ -319,8 +345,20 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		indexes[ref] = cached
 		mbounds[i] = exception.Bind(excs, cached.index)
 	}
+	ibounds := make([]*exception.Bound, len(ivpols))
+	for i, p := range ivpols {
+		ref := exception.PolicyRef{Name: p.Name, Kind: p.Kind}
+		excs := byRef[ref]
+		cached, ok := c.indexes[ref]
+		if !ok || !slices.Equal(cached.exceptions, excs) {
+			cached = cachedIndex{exceptions: excs, index: exception.NewIndex(excs)}
+		}
+		indexes[ref] = cached
+		ibounds[i] = exception.Bind(excs, cached.index)
+	}
 	c.indexes = indexes
 	c.mu.Unlock()
+	ps.ivpol = ivpol.NewSet(ivpols, ibounds)
 	ps.vpol = vpol.NewSet(pols, bounds)
 	var mpolApplier mpol.Applier
 	if applier != nil {
@@ -413,6 +451,7 @@ func (c *Compiler) Forget(keep map[string]bool) {
 type PolicySet struct {
 	vpol       *vpol.Set
 	mpol       *mpol.Set
+	ivpol      *ivpol.Set
 	vap        *vap.Set
 	mapol      *mapol.Set
 	psa        *psa.Set
@@ -451,7 +490,15 @@ func (ps *PolicySet) finish() {
 	if !ps.mpol.Empty() {
 		ps.mutators = append(ps.mutators, mpolKind{ps.mpol})
 	}
+	// ImageValidatingPolicies pin digests last among the mutating kinds,
+	// so that images the other mutations set are pinned too.
+	if ps.ivpol.Mutating() {
+		ps.mutators = append(ps.mutators, ivpolKind{ps.ivpol})
+	}
 	ps.validators = []kind{vpolKind{ps.vpol}}
+	if !ps.ivpol.Empty() {
+		ps.validators = append(ps.validators, ivpolKind{ps.ivpol})
+	}
 	if !ps.vap.Empty() {
 		ps.validators = append(ps.validators, vapKind{ps.vap})
 	}
@@ -473,7 +520,30 @@ func mutateExistingRefused(o *manifest.Object, p *mpol.Policy) *manifest.LoadErr
 // CustomResourceDefinitions among the set's objects.
 type applier struct{ schemas *schema.Schemas }
 
-func newApplier(objs []*manifest.Object) (*applier, error) {
+// appliesConfigurations says whether a mutation of the policies is an
+// apply configuration (the others, JSON patches, need no schema).
+func appliesConfigurations(mpols []*mpol.Policy, mapObjs []*manifest.Object) bool {
+	for _, p := range mpols {
+		if p.AppliesConfigurations() {
+			return true
+		}
+	}
+	for _, o := range mapObjs {
+		spec, _ := o.Content["spec"].(map[string]any)
+		muts, _ := spec["mutations"].([]any)
+		for _, m := range muts {
+			if mm, _ := m.(map[string]any); mm["patchType"] != "JSONPatch" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// newApplier returns the applier of the set's mutations; load says some
+// are apply configurations, which need the built-in schemas (parsed now,
+// else on first use).
+func newApplier(objs []*manifest.Object, load bool) (*applier, error) {
 	var crds []map[string]any
 	for _, o := range objs {
 		if o.Group() == "apiextensions.k8s.io" && o.Kind == "CustomResourceDefinition" {
@@ -487,8 +557,10 @@ func newApplier(objs []*manifest.Object) (*applier, error) {
 	// The built-in schemas are parsed once per process (~0.15 s of CPU),
 	// on the first compilation that needs them rather than on the first
 	// decision.
-	if err := schema.LoadBuiltin(); err != nil {
-		return nil, err
+	if load {
+		if err := schema.LoadBuiltin(); err != nil {
+			return nil, err
+		}
 	}
 	return &applier{schemas: s}, nil
 }

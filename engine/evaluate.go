@@ -8,6 +8,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
@@ -37,7 +38,7 @@ type EvalOptions struct {
 	CostBudget uint64
 	// ObjectSizes, when set, are the sizes of the request's Object and
 	// OldObject together as manifest.DecodeJSONSized measured them while
-	// decoding, sparing the engine a walk of the objects (it measures them
+	// decoding (or the conversion of a protobuf Struct), sparing the engine a walk of the objects (it measures them
 	// itself otherwise). The CEL cost estimates rest on them: set them
 	// only from the decoder.
 	ObjectSizes *manifest.Sizes
@@ -48,6 +49,11 @@ type EvalOptions struct {
 	// Stages says which stages of the pipeline run (default: mutations,
 	// then validations of the mutated object).
 	Stages Stages
+	// ImageVerifier serves ImageValidatingPolicies: registry reads and
+	// signature verification (nil: their verification functions and
+	// digest pinning fail, naming what is unavailable). The imageverify
+	// package implements it.
+	ImageVerifier kyvernocel.ImageVerifier
 }
 
 // Stages are the stages of the admission pipeline a decision runs.
@@ -127,6 +133,8 @@ func (ps *PolicySet) newRequest(ctx context.Context, req *admission.Request, opt
 		Shared:      ps.shared,
 		ExtraSize:   ps.exceptionSize,
 		ExactCost:   opts.ExactCost,
+		// Image verification is slow and cached by the verifier.
+		ImageVerifier: opts.ImageVerifier,
 	})
 }
 
@@ -199,6 +207,9 @@ func (ps *PolicySet) resultsHint(req *admission.Request, stages Stages) int {
 	}
 	if stages != MutateOnly && ps.vpol != nil {
 		n += ps.vpol.Candidates(req.Resource.Resource)
+	}
+	if stages != MutateOnly {
+		n += ps.ivpol.Candidates(req.Resource.Resource)
 	}
 	return n
 }
@@ -297,6 +308,28 @@ func (k vpolKind) evaluate(rq *celeval.Request, out *outcome.Outcome) { k.set.Ev
 func (k vpolKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable {
 	for _, a := range k.set.Applicable(rq, evaluate) {
 		ap := Applicable{Kind: a.Policy.Kind, Name: a.Policy.Name, Namespace: a.Policy.Namespace, Policy: a.Policy, Variant: a.Variant, Exceptions: a.Exceptions}
+		if a.MatchError != nil {
+			ap.MatchError = "failed to execute matching: " + a.MatchError.Error()
+		}
+		out = append(out, ap)
+	}
+	return out
+}
+
+// ivpolKind is ImageValidatingPolicies: a mutating kind (digest pinning at
+// admission) and a validating one.
+type ivpolKind struct{ set *ivpol.Set }
+
+func (k ivpolKind) mutate(rq *celeval.Request, out *outcome.Outcome) func() {
+	k.set.Mutate(rq, out)
+	return nil
+}
+
+func (k ivpolKind) evaluate(rq *celeval.Request, out *outcome.Outcome) { k.set.Evaluate(rq, out) }
+
+func (k ivpolKind) applicable(rq *celeval.Request, evaluate bool, out []Applicable) []Applicable {
+	for _, a := range k.set.Applicable(rq, evaluate) {
+		ap := Applicable{Kind: a.Policy.Kind, Name: a.Policy.Name, Namespace: a.Policy.Namespace, ImagePolicy: a.Policy, Variant: a.Variant, Exceptions: a.Exceptions}
 		if a.MatchError != nil {
 			ap.MatchError = "failed to execute matching: " + a.MatchError.Error()
 		}

@@ -24,15 +24,18 @@ import (
 // Namespaces and resources, and one document of kind Expect
 // (apiVersion test.arbiter.dev/v1) saying what each resource's decision is.
 type expectDoc struct {
-	APIVersion  string         `json:"apiVersion"`
-	Kind        string         `json:"kind"`
-	Description string         `json:"description"`
-	Mode        string         `json:"mode"`      // admission (default), background, cli
-	Operation   string         `json:"operation"` // default CREATE
-	Now         string         `json:"now"`       // RFC 3339; default 2026-06-01T00:00:00Z
-	UserInfo    *userInfo      `json:"userInfo"`
-	LoadError   string         `json:"loadError"` // the set must fail to load with this text
-	Cases       []expectedCase `json:"cases"`
+	APIVersion  string    `json:"apiVersion"`
+	Kind        string    `json:"kind"`
+	Description string    `json:"description"`
+	Mode        string    `json:"mode"`      // admission (default), background, cli
+	Operation   string    `json:"operation"` // default CREATE
+	Now         string    `json:"now"`       // RFC 3339; default 2026-06-01T00:00:00Z
+	UserInfo    *userInfo `json:"userInfo"`
+	LoadError   string    `json:"loadError"` // the set must fail to load with this text
+	// Images is the fake registry of ImageValidatingPolicies (image
+	// reference as written → what the verifier says of it).
+	Images map[string]fakeImage `json:"images"`
+	Cases  []expectedCase       `json:"cases"`
 }
 
 type userInfo struct {
@@ -171,7 +174,11 @@ func runGolden(t *testing.T, file string) {
 			req.Namespace = "default"
 		}
 		before := jsonOf(o.Content)
-		d := ps.Evaluate(context.Background(), req, &engine.EvalOptions{Now: now})
+		opts := &engine.EvalOptions{Now: now}
+		if exp.Images != nil {
+			opts.ImageVerifier = fakeVerifier(exp.Images)
+		}
+		d := ps.Evaluate(context.Background(), req, opts)
 		if jsonOf(o.Content) != before {
 			t.Errorf("case %d (%s %s): the engine modified the request's object", i, op, c.Resource)
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/authz"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/export"
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
@@ -28,6 +29,16 @@ func (ps *PolicySet) MutatingPolicies() []*mpol.Policy { return ps.mpol.Policies
 // MutatingPolicyExceptions returns the exceptions bound to a MutatingPolicy.
 func (ps *PolicySet) MutatingPolicyExceptions(p *mpol.Policy) []*exception.Exception {
 	return ps.mpol.ExceptionsFor(p)
+}
+
+// ImagePolicies returns the compiled ImageValidatingPolicies and
+// NamespacedImageValidatingPolicies, in evaluation order.
+func (ps *PolicySet) ImagePolicies() []*ivpol.Policy { return ps.ivpol.Policies() }
+
+// ImagePolicyExceptions returns the exceptions bound to an
+// ImageValidatingPolicy.
+func (ps *PolicySet) ImagePolicyExceptions(p *ivpol.Policy) []*exception.Exception {
+	return ps.ivpol.ExceptionsFor(p)
 }
 
 // AuthzPolicies returns the compiled authorization policies
@@ -54,7 +65,7 @@ func (ps *PolicySet) HasPolicy(kind, name string) bool {
 	if kind == psa.KindPodSecurity {
 		return psa.IsLevel(name)
 	}
-	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name) || ps.authz.Has(kind, name)
+	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name) || ps.ivpol.Has(kind, name) || ps.authz.Has(kind, name)
 }
 
 // IsParam says whether o is one of the set's params (an object of a kind a

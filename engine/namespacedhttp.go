@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
@@ -78,6 +79,17 @@ func namespacedHTTPRefused(o *manifest.Object, vp *vpol.Policy, mp *mpol.Policy)
 		return nil
 	}
 	if !kyvernocel.ExpressionsUseHTTP(exprs...) {
+		return nil
+	}
+	return manifest.Errorf(o, "spec", "%s", kyvernocel.HTTPNotAllowedValidationMessage)
+}
+
+// namespacedImageHTTPRefused is namespacedHTTPRefused for an
+// ImageValidatingPolicy: Kyverno's ivpol validation scans every expression
+// (variables, matchConditions, validations, auditAnnotations, images,
+// matchImageReferences and attestor expressions).
+func namespacedImageHTTPRefused(o *manifest.Object, p *ivpol.Policy) *manifest.LoadError {
+	if !p.Namespaced() || !kyvernocel.ExpressionsUseHTTP(p.Expressions()...) {
 		return nil
 	}
 	return manifest.Errorf(o, "spec", "%s", kyvernocel.HTTPNotAllowedValidationMessage)

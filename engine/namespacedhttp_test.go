@@ -35,6 +35,16 @@ spec:
 ---
 apiVersion: policies.kyverno.io/v1
 kind: NamespacedValidatingPolicy
+metadata: {name: http-beside-optional, namespace: team}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  validations:
+  - expression: "object.?data.?x.orValue('') == string(http.Get('https://policy.example.com/x').value)"
+---
+apiVersion: policies.kyverno.io/v1
+kind: NamespacedValidatingPolicy
 metadata: {name: http-is-a-field, namespace: team}
 spec:
   matchConstraints:
@@ -93,6 +103,7 @@ func TestRefuseNamespacedHTTP(t *testing.T) {
 	want := []string{
 		"NamespacedValidatingPolicy team/calls-out",
 		"NamespacedValidatingPolicy team/http-in-message-only",
+		"NamespacedValidatingPolicy team/http-beside-optional",
 		"NamespacedMutatingPolicy team/label-from-http",
 	}
 	if strings.Join(refused, "\n") != strings.Join(want, "\n") {

@@ -249,3 +249,8 @@ func (k *dockerConfigKeychain) Resolve(target authn.Resource) (authn.Authenticat
 	}
 	return authn.Anonymous, nil
 }
+
+// DockerConfigKeychain returns a keychain of the credentials of a docker
+// config file (config.json), read at each lookup as the Fetcher reads
+// Config.DockerConfig.
+func DockerConfigKeychain(path string) authn.Keychain { return &dockerConfigKeychain{path: path} }

@@ -31,8 +31,8 @@ import (
 
 // StatusConfig configures the policy status the primary writes
 // (Config.Status): status.conditionStatus of every ValidatingPolicy,
-// NamespacedValidatingPolicy, MutatingPolicy and NamespacedMutatingPolicy
-// in the cluster, as Kyverno 1.19 writes it, computed from the revision
+// NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy,
+// ImageValidatingPolicy and NamespacedImageValidatingPolicy in the cluster, as Kyverno 1.19 writes it, computed from the revision
 // the primary serves.
 type StatusConfig struct {
 	// ReportsUser is the user the RBACPermissionsGranted condition asks
@@ -217,10 +217,7 @@ func (c *cluster) reconcile(ctx context.Context) error {
 func (c *cluster) storedPolicies(snap Snapshot) []*policyInfo {
 	var out []*policyInfo
 	seen := map[store.Key]bool{}
-	snap.Range(func(k store.Key, o *manifest.Object) bool {
-		if !isStatusKind(k.Group, k.Kind) {
-			return true
-		}
+	rangeKinds(snap, statusGroupKinds, func(k store.Key, o *manifest.Object) bool {
 		seen[k] = true
 		si, ok := c.storedInfos[k]
 		if !ok || si.obj != o {

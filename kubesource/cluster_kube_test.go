@@ -28,6 +28,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/internal/k8stest"
 	"github.com/arbiter-pdp/arbiter/server"
+	"github.com/arbiter-pdp/arbiter/store"
 )
 
 // startCluster runs a primary fed by a Source that writes the policies'
@@ -69,8 +70,9 @@ func startCluster(t *testing.T, status *StatusConfig, hooks *WebhookConfig) *fix
 }
 
 var resources = map[string]schema.GroupVersionResource{
-	kyvernoapi.KindValidatingPolicy: {Group: kyvernoapi.Group, Version: "v1", Resource: "validatingpolicies"},
-	kyvernoapi.KindMutatingPolicy:   {Group: kyvernoapi.Group, Version: "v1", Resource: "mutatingpolicies"},
+	kyvernoapi.KindValidatingPolicy:      {Group: kyvernoapi.Group, Version: "v1", Resource: "validatingpolicies"},
+	kyvernoapi.KindMutatingPolicy:        {Group: kyvernoapi.Group, Version: "v1", Resource: "mutatingpolicies"},
+	kyvernoapi.KindImageValidatingPolicy: {Group: kyvernoapi.Group, Version: "v1", Resource: "imagevalidatingpolicies"},
 }
 
 func getPolicy(t *testing.T, kind, name string) *unstructured.Unstructured {
@@ -500,6 +502,41 @@ func TestManagedWebhooks(t *testing.T) {
 	if w := f.src.Stats().WebhookWrites; w != writes {
 		t.Errorf("%d webhook configuration writes with nothing changed", w-writes)
 	}
+}
+
+// TestImagePolicyInCluster: an ImageValidatingPolicy in the cluster is
+// stored, gets its status, and is in both managed configurations (the
+// mutating one pins digests) until mutateDigest is false.
+func TestImagePolicyInCluster(t *testing.T) {
+	needAPIServer(t)
+	id := unique("iv")
+	hooks := managed(t, id)
+	f := startCluster(t, &StatusConfig{}, hooks)
+	name := id + "-signed"
+	policy := func(mutateDigest bool) map[string]any {
+		return map[string]any{
+			"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy",
+			"metadata": map[string]any{"name": name},
+			"spec": map[string]any{
+				"matchConstraints":         map[string]any{"resourceRules": []any{rule("", "pods", "CREATE")}},
+				"validationConfigurations": map[string]any{"mutateDigest": mutateDigest},
+				"autogen":                  map[string]any{"podControllers": map[string]any{"controllers": []any{}}},
+				"matchImageReferences":     []any{map[string]any{"glob": "registry.example/*"}},
+				"attestors":                []any{map[string]any{"name": "cosign", "cosign": map[string]any{"key": map[string]any{"data": "k"}}}},
+				"validations":              []any{map[string]any{"expression": "true"}},
+			},
+		}
+	}
+	t.Cleanup(func() { remove(t, policy(true)) })
+	apply(t, policy(true))
+	waitWebhooks(t, hooks.Name, ivpolWebhookName+"-fail: /pods CREATE", ivpolMutateWebhookName+"-fail: /pods CREATE")
+	_, st := waitStatus(t, kyvernoapi.KindImageValidatingPolicy, name, conditionsAre("WebhookConfigured=True", "RBACPermissionsGranted=True"))
+	if st.ConditionStatus.Ready == nil || !*st.ConditionStatus.Ready {
+		t.Errorf("not ready: %+v", st.ConditionStatus)
+	}
+	f.waitKey(store.Key{Group: kyvernoapi.Group, Kind: kyvernoapi.KindImageValidatingPolicy, Name: name}, true, nil)
+	apply(t, policy(false))
+	waitWebhooks(t, hooks.Name, ivpolWebhookName+"-fail: /pods CREATE", "")
 }
 
 // TestDeployRBACSuffices: a replica with the rights deploy/ grants the

@@ -17,10 +17,14 @@ var fixedKinds = []kindSpec{
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindMutatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedMutatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindImageValidatingPolicy}, []string{"v1", "v1beta1", "v1alpha1"}},
+	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindNamespacedImageValidatingPolicy}, []string{"v1", "v1beta1"}},
 	{schema.GroupKind{Group: kyvernoapi.Group, Kind: kyvernoapi.KindPolicyException}, []string{"v1", "v1beta1", "v1alpha1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}, []string{"v1"}},
 	{schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"}, []string{"v1"}},
 	{schema.GroupKind{Group: "", Kind: "Namespace"}, []string{"v1"}},
+	// The data of globalContext.Get (context.go, apicall.go).
+	{schema.GroupKind{Group: "kyverno.io", Kind: "GlobalContextEntry"}, []string{"v2", "v2beta1", "v2alpha1"}},
 }
 
 type kindSpec struct {

@@ -7,6 +7,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/arbiter-pdp/arbiter/engine/autogen"
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	vpolengine "github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -19,6 +20,7 @@ import (
 var statusKinds = []string{
 	kyvernoapi.KindValidatingPolicy, kyvernoapi.KindNamespacedValidatingPolicy,
 	kyvernoapi.KindMutatingPolicy, kyvernoapi.KindNamespacedMutatingPolicy,
+	kyvernoapi.KindImageValidatingPolicy, kyvernoapi.KindNamespacedImageValidatingPolicy,
 }
 
 func isStatusKind(group, kind string) bool {
@@ -34,8 +36,9 @@ func isStatusKind(group, kind string) bool {
 }
 
 // policyInfo is what the webhook configurations and the status read of a
-// ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy or
-// NamespacedMutatingPolicy.
+// ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy,
+// NamespacedMutatingPolicy, ImageValidatingPolicy or
+// NamespacedImageValidatingPolicy.
 type policyInfo struct {
 	key       store.Key
 	kind      string
@@ -43,7 +46,12 @@ type policyInfo struct {
 	name      string
 	// mutating: a MutatingPolicy or NamespacedMutatingPolicy (the
 	// MutatingWebhookConfiguration), else the ValidatingWebhookConfiguration.
-	mutating   bool
+	mutating bool
+	// digest: an ImageValidatingPolicy that pins image digests
+	// (validationConfigurations.mutateDigest, default true), so it is in
+	// the MutatingWebhookConfiguration too, as Kyverno's ivpol.mutate
+	// webhooks.
+	digest     bool
 	admission  bool // spec.evaluation.admission.enabled
 	background bool // spec.evaluation.background.enabled
 	generated  bool // status.generated: Kyverno leaves the policy to the VAP/MAP it generated
@@ -140,6 +148,29 @@ func decodePolicy(key store.Key, content map[string]any) (*policyInfo, error) {
 				return nil, err
 			}
 			p.variants = append(p.variants, variantInfo{name: v.Config.Name, targets: v.Config.Targets(), match: v.Config.Match, conditions: v.MatchConditions, spec: m})
+		}
+	case kyvernoapi.KindImageValidatingPolicy, kyvernoapi.KindNamespacedImageValidatingPolicy:
+		var ip kyvernoapi.ImageValidatingPolicy
+		if err := json.Unmarshal(raw, &ip); err != nil {
+			return nil, fmt.Errorf("decoding the %s: %w", key.Kind, err)
+		}
+		spec := &ip.Spec
+		p.admission, p.background = spec.AdmissionEnabled(), spec.BackgroundEnabled()
+		p.digest = spec.MutateDigest()
+		p.match, p.conditions, p.failure = spec.MatchConstraints, spec.MatchConditions, spec.GetFailurePolicy()
+		if spec.WebhookConfiguration != nil {
+			p.timeout = spec.WebhookConfiguration.TimeoutSeconds
+		}
+		configs, specs, err := ivpol.AutogenSpecs(spec)
+		if err != nil {
+			return nil, fmt.Errorf("the autogen configurations of the %s: %w", key.Kind, err)
+		}
+		for i, cfg := range configs {
+			m, err := toMap(specs[i])
+			if err != nil {
+				return nil, err
+			}
+			p.variants = append(p.variants, variantInfo{name: cfg.Name, targets: cfg.Targets(), match: cfg.Match, conditions: specs[i].MatchConditions, spec: m})
 		}
 	default:
 		return nil, fmt.Errorf("%s is not a policy kind with a status", key.Kind)

@@ -84,6 +84,24 @@ type Config struct {
 	SyncTimeout time.Duration
 	// BatchDelay is how long changes are gathered into one write (default 20 ms).
 	BatchDelay time.Duration
+	// CommitInterval is the shortest time between two revisions the source
+	// commits (default 100 ms): changes that arrive meanwhile are gathered
+	// into the next one, so a busy cluster makes at most one revision per
+	// interval (context.go).
+	CommitInterval time.Duration
+	// ContextResources are resources stored as context objects besides
+	// those the policies name with constant arguments and the
+	// GlobalContextEntries' kubernetesResource: what resource.Get and
+	// resource.List calls whose arguments are not constants may read
+	// (ParseContextResources; context.go).
+	ContextResources []engine.ResourceRef
+	// StoreSecrets lets the source watch v1 Secrets that policies read (the
+	// primary must store them: server.Config.StoreSecrets). Without it a
+	// policy that reads Secrets is refused.
+	StoreSecrets bool
+	// APICall configures the fetches of the GlobalContextEntries' apiCall
+	// (apicall.go).
+	APICall APICallConfig
 	// RetryInterval is how often kinds the API server does not serve are
 	// looked for again (default 30 s).
 	RetryInterval time.Duration
@@ -115,6 +133,9 @@ func (c *Config) defaults() {
 	}
 	if c.BatchDelay <= 0 {
 		c.BatchDelay = 20 * time.Millisecond
+	}
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = 100 * time.Millisecond
 	}
 	if c.RetryInterval <= 0 {
 		c.RetryInterval = 30 * time.Second
@@ -216,23 +237,29 @@ type Source struct {
 	// rejected maps a refused object to the content (contentHash of what
 	// would be stored) its Event was recorded for (worker only).
 	rejected map[store.Key]string
-	// paramKinds are the kinds the source has written as params (worker
-	// only): stored objects of these kinds that are no longer params are
-	// its own, stale, and deleted. Objects of other kinds are context
-	// objects written by others (arbiter push), which it leaves alone.
-	paramKinds map[schema.GroupKind]bool
-	ready      chan struct{}
+	// owned are the kinds other than the fixed kinds the source has
+	// written — params and context kinds (worker only): stored objects of
+	// these kinds that it no longer watches are its own, stale, and
+	// deleted. Objects of other kinds are context objects written by
+	// others (arbiter push), which it leaves alone.
+	owned map[schema.GroupKind]bool
+	// cx is the state of the context kinds and the apiCall fetches
+	// (context.go, apicall.go).
+	cx    contextState
+	ready chan struct{}
 
 	commits, rejects, watchErrors, relists, reconciles atomic.Uint64
 }
 
 // watch is one kind's informer.
 type watch struct {
-	gvk    schema.GroupVersionKind
-	gvr    schema.GroupVersionResource
-	param  bool
-	inf    cache.SharedIndexInformer
-	cancel context.CancelFunc
+	gvk   schema.GroupVersionKind
+	gvr   schema.GroupVersionResource
+	param bool
+	// context: objects of the kind are read by policies (context.go).
+	context bool
+	inf     cache.SharedIndexInformer
+	cancel  context.CancelFunc
 }
 
 // New prepares a source writing to srv (a *server.Server); Run starts it.
@@ -274,6 +301,7 @@ func newSource(cfg Config, srv target) (*Source, error) {
 		rejected:    map[store.Key]string{},
 		ready:       make(chan struct{}),
 	}
+	s.cx.init()
 	if cfg.Status != nil || cfg.Webhooks != nil {
 		if s.cluster, err = newCluster(s); err != nil {
 			return nil, fmt.Errorf("kubesource: %w", err)
@@ -319,6 +347,12 @@ func (s *Source) Run(ctx context.Context) error {
 	for _, k := range fixedKinds {
 		s.ensureWatch(ctx, k.gk, k.versions, false)
 	}
+	s.syncWatches(ctx, s.srv.current()) // the kinds the stored policies read
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runAPICalls(ctx)
+	}()
 	if s.cluster != nil {
 		s.wg.Add(1)
 		go func() {
@@ -364,16 +398,19 @@ func (s *Source) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(s.cfg.BatchDelay):
+			case <-time.After(s.coalesceDelay()):
 			}
 		case <-resync.C:
 			s.markFull()
 		case <-retry.C:
-			if len(s.unresolved) > 0 {
-				s.mapper.Reset()
-				for gk, versions := range s.unresolved {
-					s.ensureWatch(ctx, gk, versions, !isFixed(gk))
-				}
+			s.retryUnresolved(ctx)
+		}
+		// At most one revision per CommitInterval, whatever woke the worker.
+		if d := time.Until(s.cx.lastCommit.Add(s.cfg.CommitInterval)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(d):
 			}
 		}
 	}
@@ -547,8 +584,9 @@ func (s *Source) process(ctx context.Context) error {
 			synced[gk] = w
 		}
 	}
+	pending := s.hasPending()
 	s.mu.Unlock()
-	if !full && len(dirty) == 0 {
+	if !full && len(dirty) == 0 && !pending {
 		return nil
 	}
 	snap := s.srv.current()
@@ -568,14 +606,15 @@ func (s *Source) process(ctx context.Context) error {
 				}
 			}
 		}
-		snap.Range(func(k store.Key, _ *manifest.Object) bool {
-			if w := synced[schema.GroupKind{Group: k.Group, Kind: k.Kind}]; w != nil {
+		for _, gk := range gks {
+			w := synced[gk]
+			rangeKind(snap, gk, func(k store.Key, _ *manifest.Object) bool {
 				if _, ok := get(w, k); !ok {
 					dels = append(dels, k)
 				}
-			}
-			return true
-		})
+				return true
+			})
+		}
 	} else {
 		keys := make([]store.Key, 0, len(dirty))
 		for k := range dirty {
@@ -602,8 +641,8 @@ func (s *Source) process(ctx context.Context) error {
 			close(s.ready)
 		}
 	}
-	// The param kinds watched follow the committed ValidatingAdmissionPolicies.
-	s.syncParamWatches(ctx, s.srv.current())
+	// The param and context kinds watched follow the committed policies.
+	s.syncWatches(ctx, s.srv.current())
 	return err
 }
 
@@ -656,8 +695,8 @@ func paramKinds(snap Snapshot, ups []item, dels []store.Key) map[schema.GroupKin
 			}
 		}
 	}
-	snap.Range(func(k store.Key, o *manifest.Object) bool {
-		if k.Group == vapGroup && k.Kind == vapGK.Kind && !changed[k] {
+	rangeKind(snap, vapGK, func(k store.Key, o *manifest.Object) bool {
+		if !changed[k] {
 			if gvk, ok := paramKindOf(o.Content); ok {
 				gvks = append(gvks, gvk)
 			}
@@ -677,97 +716,23 @@ func paramKinds(snap Snapshot, ups []item, dels []store.Key) map[schema.GroupKin
 	return out
 }
 
-// withParams adjusts a write to the param kinds it leaves: upserts of
-// objects that would not be params are dropped, and stored objects of the
-// kinds in owned (those the source wrote as params) that are no longer
-// params are deleted: the source stopped watching them, so they would go
-// stale. Objects of other kinds are left alone (context objects that
-// arbiter push or serve --load stored).
-func withParams(snap Snapshot, ups []item, dels []store.Key, owned map[schema.GroupKind]bool) ([]item, []store.Key) {
-	want := paramKinds(snap, ups, dels)
-	isParam := func(gvk schema.GroupVersionKind) bool { return want[gvk.GroupKind()] == gvk }
-	outUps := ups[:0:0]
-	for _, it := range ups {
-		gk := schema.GroupKind{Group: it.key.Group, Kind: it.key.Kind}
-		if isFixed(gk) || isParam(it.u.GroupVersionKind()) {
-			outUps = append(outUps, it)
-		}
-	}
-	deleting := map[store.Key]bool{}
-	for _, k := range dels {
-		deleting[k] = true
-	}
-	upserting := map[store.Key]bool{}
-	for _, it := range outUps {
-		upserting[it.key] = true
-	}
-	outDels := append([]store.Key(nil), dels...)
-	snap.Range(func(k store.Key, o *manifest.Object) bool {
-		gk := schema.GroupKind{Group: k.Group, Kind: k.Kind}
-		if deleting[k] || upserting[k] || isFixed(gk) || !owned[gk] || engine.Classify(o) != engine.ClassResource {
-			return true
-		}
-		if !isParam(schema.FromAPIVersionAndKind(o.APIVersion, o.Kind)) {
-			outDels = append(outDels, k)
-		}
-		return true
-	})
-	return outUps, outDels
-}
-
-// syncParamWatches starts the informers of the param kinds snap's
-// policies name and stops the others (worker only).
-func (s *Source) syncParamWatches(ctx context.Context, snap Snapshot) {
-	if ctx.Err() != nil {
-		return
-	}
-	want := paramKinds(snap, nil, nil)
-	s.mu.Lock()
-	var stop []schema.GroupKind
-	var start []schema.GroupVersionKind
-	for gk, w := range s.watches {
-		if w.param && want[gk] != w.gvk {
-			stop = append(stop, gk)
-		}
-	}
-	for gk, gvk := range want {
-		if w := s.watches[gk]; w == nil || w.gvk != gvk {
-			start = append(start, gvk)
-		}
-	}
-	s.mu.Unlock()
-	for gk := range s.unresolved {
-		if !isFixed(gk) {
-			if _, ok := want[gk]; !ok {
-				delete(s.unresolved, gk)
-			}
-		}
-	}
-	for _, gk := range stop {
-		s.stopWatch(gk)
-	}
-	for _, gvk := range start {
-		if _, tried := s.unresolved[gvk.GroupKind()]; !tried {
-			s.ensureWatch(ctx, gvk.GroupKind(), []string{gvk.Version}, true)
-		}
-	}
-}
-
 // commit writes ups and dels; objects that do not compile are refused
 // (an Event on each) and the rest is written without them.
 func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error {
+	ups = s.admit(ctx, ups)
 	for {
 		snap := s.srv.current()
-		wu, wd := withParams(snap, ups, dels, s.paramKinds)
+		wu, wd := s.withOwned(snap, ups, dels)
 		if len(wu) == 0 && len(wd) == 0 {
+			s.written(nil, nil)
 			return nil
 		}
 		for _, it := range wu {
 			if gk := (schema.GroupKind{Group: it.key.Group, Kind: it.key.Kind}); !isFixed(gk) {
-				if s.paramKinds == nil {
-					s.paramKinds = map[schema.GroupKind]bool{}
+				if s.owned == nil {
+					s.owned = map[schema.GroupKind]bool{}
 				}
-				s.paramKinds[gk] = true
+				s.owned[gk] = true
 			}
 		}
 		objs := make([]*manifest.Object, len(wu))
@@ -777,6 +742,7 @@ func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error
 		c, err := s.srv.writeObjects(ctx, objs, wd)
 		if err == nil {
 			s.committed(c, wu)
+			s.written(wu, wd)
 			return nil
 		}
 		les := manifest.AsLoadErrors(err)
@@ -800,7 +766,11 @@ func (s *Source) commit(ctx context.Context, ups []item, dels []store.Key) error
 		if len(kept) == len(wu) {
 			// The errors name objects outside the write (content it would
 			// break): find the culprits one change at a time.
-			return s.commitEach(ctx, wu, wd)
+			if err := s.commitEach(ctx, wu, wd); err != nil {
+				return err
+			}
+			s.written(wu, wd)
+			return nil
 		}
 		ups, dels = kept, wd
 	}
@@ -838,12 +808,13 @@ func (s *Source) committed(c store.Commit, ups []item) {
 	for _, it := range ups {
 		delete(s.rejected, it.key)
 	}
-	if s.cluster != nil {
+	if s.cluster != nil && (c.Unchanged || touchesPolicies(c)) {
 		s.cluster.poke()
 	}
 	if c.Unchanged {
 		return
 	}
+	s.afterCommit(c)
 	s.commits.Add(1)
 	var up, del int
 	for _, ch := range c.Changes {

@@ -28,9 +28,11 @@ import (
 
 // WebhookConfig configures the webhook configurations the primary manages
 // from the policies it serves (Config.Webhooks): a
-// ValidatingWebhookConfiguration for the ValidatingPolicies and
-// NamespacedValidatingPolicies and a MutatingWebhookConfiguration for the
-// MutatingPolicies and NamespacedMutatingPolicies, both named Name, whose
+// ValidatingWebhookConfiguration for the ValidatingPolicies,
+// NamespacedValidatingPolicies and ImageValidatingPolicies (both kinds) and
+// a MutatingWebhookConfiguration for the MutatingPolicies,
+// NamespacedMutatingPolicies and the ImageValidatingPolicies that pin
+// digests, both named Name, whose
 // webhooks Kyverno's webhook controller would make from those policies
 // (pkg/controllers/webhook), calling Arbiter's webhook shim at /validate
 // and /mutate.
@@ -92,8 +94,16 @@ const (
 	nvpolWebhookName = "nvpol.validate.arbiter.dev"
 	mpolWebhookName  = "mpol.mutate.arbiter.dev"
 	nmpolWebhookName = "nmpol.mutate.arbiter.dev"
-	validatePath     = "/validate"
-	mutatePath       = "/mutate"
+	// ImageValidatingPolicies are in both configurations (the mutating
+	// one pins digests). Kyverno names the namespaced kind's webhooks as
+	// the cluster kind's (ivpol.validate.kyverno.svc), so the two can
+	// collide; Arbiter gives them their own base.
+	ivpolWebhookName        = "ivpol.validate.arbiter.dev"
+	nivpolWebhookName       = "nivpol.validate.arbiter.dev"
+	ivpolMutateWebhookName  = "ivpol.mutate.arbiter.dev"
+	nivpolMutateWebhookName = "nivpol.mutate.arbiter.dev"
+	validatePath            = "/validate"
+	mutatePath              = "/mutate"
 )
 
 // DefaultNamespaceSelector is the namespace selector merged into every
@@ -162,13 +172,16 @@ func buildWebhooks(cfg *WebhookConfig, caBundle []byte, policies []*policyInfo) 
 		}
 		out.included = append(out.included, p)
 		byBase[baseName(p.kind)] = append(byBase[baseName(p.kind)], p)
+		if p.digest {
+			byBase[mutateBaseName(p.kind)] = append(byBase[mutateBaseName(p.kind)], p)
+		}
 	}
-	for _, base := range []string{vpolWebhookName, nvpolWebhookName} {
+	for _, base := range []string{vpolWebhookName, nvpolWebhookName, ivpolWebhookName, nivpolWebhookName} {
 		for _, w := range buildGroup(cfg, caBundle, base, validatePath, byBase[base], out.policies) {
 			out.validating = append(out.validating, w.ValidatingWebhook)
 		}
 	}
-	for _, base := range []string{mpolWebhookName, nmpolWebhookName} {
+	for _, base := range []string{mpolWebhookName, nmpolWebhookName, ivpolMutateWebhookName, nivpolMutateWebhookName} {
 		for _, w := range buildGroup(cfg, caBundle, base, mutatePath, byBase[base], out.policies) {
 			out.mutating = append(out.mutating, admissionregistrationv1.MutatingWebhook{
 				Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules, FailurePolicy: w.FailurePolicy,
@@ -191,8 +204,21 @@ func baseName(kind string) string {
 		return mpolWebhookName
 	case kyvernoapi.KindNamespacedMutatingPolicy:
 		return nmpolWebhookName
+	case kyvernoapi.KindImageValidatingPolicy:
+		return ivpolWebhookName
+	case kyvernoapi.KindNamespacedImageValidatingPolicy:
+		return nivpolWebhookName
 	}
 	return vpolWebhookName
+}
+
+// mutateBaseName is the base of an ImageValidatingPolicy's webhooks in the
+// MutatingWebhookConfiguration (digest pinning).
+func mutateBaseName(kind string) string {
+	if kind == kyvernoapi.KindNamespacedImageValidatingPolicy {
+		return nivpolMutateWebhookName
+	}
+	return ivpolMutateWebhookName
 }
 
 // webhook is a ValidatingWebhook with the mutating webhook's reinvocation

@@ -19,7 +19,9 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/vpol"
@@ -40,6 +42,11 @@ type Suite struct {
 	policies  []*vpol.Policy
 	// mpols are the MutatingPolicies and NamespacedMutatingPolicies.
 	mpols []*mpol.Policy
+	// ivpols are the ImageValidatingPolicies and
+	// NamespacedImageValidatingPolicies.
+	ivpols []*ivpol.Policy
+	// imageVerifier serves the ImageValidatingPolicies (nil: none).
+	imageVerifier kyvernocel.ImageVerifier
 	// vaps are the names of the ValidatingAdmissionPolicies.
 	vaps []string
 	// maps are the names of the MutatingAdmissionPolicies.
@@ -86,7 +93,7 @@ type Payload struct {
 
 // PolicyCount, ResourceCount and ExceptionCount describe the suite.
 func (s *Suite) PolicyCount() int {
-	return len(s.policies) + len(s.mpols) + len(s.vaps) + len(s.maps) + len(s.authz)
+	return len(s.policies) + len(s.mpols) + len(s.ivpols) + len(s.vaps) + len(s.maps) + len(s.authz)
 }
 func (s *Suite) ResourceCount() int  { return len(s.resources) }
 func (s *Suite) ExceptionCount() int { return s.exceptions }
@@ -169,6 +176,7 @@ func Load(doc *TestDocument) (*Suite, error) {
 	s.policySet = ps
 	s.policies = ps.Policies()
 	s.mpols = ps.MutatingPolicies()
+	s.ivpols = ps.ImagePolicies()
 	s.authz = ps.AuthzPolicies()
 	for _, v := range ps.VAPInfos() {
 		s.vaps = append(s.vaps, v.Name)
@@ -449,7 +457,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					continue
 				}
 				switch engine.Classify(o) {
-				case engine.ClassPolicy, engine.ClassAuthzPolicy, engine.ClassMutatingPolicy:
+				case engine.ClassPolicy, engine.ClassAuthzPolicy, engine.ClassMutatingPolicy, engine.ClassImagePolicy:
 					id := o.ID()
 					content, _ := json.Marshal(o.Content)
 					if first, dup := seen[id]; dup && first == string(content) {

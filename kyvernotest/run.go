@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
@@ -213,7 +214,7 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) ([]res
 		req.NamespaceObject = s.namespaceObject(req.Namespace)
 	}
 	req.Fill()
-	d := s.policySet.Evaluate(ctx, req, &engine.EvalOptions{Context: s.context})
+	d := s.policySet.Evaluate(ctx, req, &engine.EvalOptions{Context: s.context, ImageVerifier: s.imageVerifier})
 	// the resource as the mutations left it: the patched resource of every
 	// mutating policy's response, and what the validations saw
 	patched := obj
@@ -256,6 +257,22 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) ([]res
 		} else if jsonMode || simpleMatch(p.Spec.MatchConstraints) {
 			// the CLI drops an empty response of a policy whose only
 			// constraint is one plain resource rule
+			continue
+		}
+		if jsonMode {
+			json = append(json, resp)
+		} else {
+			k8s = append(k8s, resp)
+		}
+	}
+	// ImageValidatingPolicies: the CLI's HandleValidating only (no digest
+	// pinning), one response per policy; an empty one as ValidatingPolicy's
+	for _, p := range s.ivpols {
+		jsonMode := p.Spec.EvaluationMode() == kyvernoapi.EvaluationModeJSON
+		resp := response{policyKind: p.Kind, policyName: p.Name, resource: patched}
+		if r, ok := ivpolResultOf(d, p); ok {
+			resp.results = []outcome.Result{r}
+		} else if jsonMode || simpleMatch(p.Spec.MatchConstraints) {
 			continue
 		}
 		if jsonMode {
@@ -389,7 +406,7 @@ func (s *Suite) evalJSON(ctx context.Context, p *Payload) []response {
 		Object:    p.Object,
 		Mode:      admission.ModeCLI,
 	}
-	d := s.policySet.Evaluate(ctx, req, &engine.EvalOptions{Context: s.context})
+	d := s.policySet.Evaluate(ctx, req, &engine.EvalOptions{Context: s.context, ImageVerifier: s.imageVerifier})
 	var out []response
 	for _, pol := range s.policies {
 		if pol.Spec.EvaluationMode() != kyvernoapi.EvaluationModeJSON {
@@ -400,6 +417,17 @@ func (s *Suite) evalJSON(ctx context.Context, p *Payload) []response {
 			resp.results = []outcome.Result{r}
 		}
 		out = append(out, resp)
+	}
+	for _, pol := range s.ivpols {
+		if pol.Spec.EvaluationMode() != kyvernoapi.EvaluationModeJSON {
+			continue
+		}
+		// Kyverno's CLI dereferences the missing result of a JSON-mode
+		// ImageValidatingPolicy whose matchConditions are false and
+		// panics; Arbiter has no response then (Not found).
+		if r, ok := ivpolResultOf(d, pol); ok {
+			out = append(out, response{policyKind: pol.Kind, policyName: pol.Name, resource: p.Object, results: []outcome.Result{r}})
+		}
 	}
 	return out
 }
@@ -425,6 +453,15 @@ func (s *Suite) evalAuthz(ctx context.Context, p *Payload, shape admission.Shape
 		out = append(out, resp)
 	}
 	return out
+}
+
+func ivpolResultOf(d *engine.Decision, p *ivpol.Policy) (outcome.Result, bool) {
+	for _, r := range d.Results {
+		if r.PolicyKind == p.Kind && r.PolicyName == p.Name && r.PolicyNamespace == p.Namespace {
+			return r, true
+		}
+	}
+	return outcome.Result{}, false
 }
 
 func resultOf(d *engine.Decision, p *vpol.Policy) (outcome.Result, bool) {

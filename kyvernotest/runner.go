@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 )
 
 // Filter selects expectations, as `kyverno test --test-case-selector`:
@@ -132,6 +134,9 @@ type Options struct {
 	FileName string
 	// Filter selects expectations (nil: all).
 	Filter *Filter
+	// ImageVerifier serves ImageValidatingPolicies: registry reads and
+	// signature verification (nil: their results are errors).
+	ImageVerifier kyvernocel.ImageVerifier
 }
 
 // Summary totals the rows of suites.
@@ -172,7 +177,7 @@ func RunPaths(ctx context.Context, paths []string, opts Options, emit func(*Suit
 		}
 	}
 	for _, f := range files {
-		for _, r := range RunFile(ctx, f, opts.Filter) {
+		for _, r := range RunFileWith(ctx, f, opts) {
 			add(r)
 		}
 	}
@@ -181,6 +186,13 @@ func RunPaths(ctx context.Context, paths []string, opts Options, emit func(*Suit
 
 // RunFile runs every Test of a test file.
 func RunFile(ctx context.Context, file string, filter *Filter) []*SuiteResult {
+	return RunFileWith(ctx, file, Options{Filter: filter})
+}
+
+// RunFileWith runs every Test of a test file with options (FileName is
+// not used).
+func RunFileWith(ctx context.Context, file string, opts Options) []*SuiteResult {
+	filter := opts.Filter
 	failed := func(index int, name string, err error) *SuiteResult {
 		return &SuiteResult{File: file, Index: index, Name: name, Error: err.Error(), err: err}
 	}
@@ -204,6 +216,7 @@ func RunFile(ctx context.Context, file string, filter *Filter) []*SuiteResult {
 			out = append(out, failed(d.Index, d.Test.ObjectMeta.Name, err))
 			continue
 		}
+		s.imageVerifier = opts.ImageVerifier
 		out = append(out, Run(ctx, s, filter))
 	}
 	return out

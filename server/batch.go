@@ -89,6 +89,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 	opts.Now = start // one clock reading for the item
 	var reads *clusterdata.Reads
 	opts.Context, reads = snap.RecordedContext()
+	opts.ImageVerifier = s.cfg.ImageVerifier
 	ctx, calls := s.collectCalls(ctx)
 	d := snap.Set.Evaluate(ctx, req, opts)
 	if reports && cand == nil {

@@ -27,6 +27,7 @@ func (s *Server) Decide(ctx context.Context, in *arbiterv1.DecideRequest) (*arbi
 	opts.CostBudget = s.cfg.Limits.MaxDecisionCost
 	var reads *clusterdata.Reads
 	opts.Context, reads = snap.RecordedContext()
+	opts.ImageVerifier = s.cfg.ImageVerifier
 	ctx, calls := s.collectCalls(ctx)
 	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := convert.ResponseFromDecision(d)

@@ -40,11 +40,19 @@ func (s *Server) interceptors(recoverU, logU grpc.UnaryServerInterceptor, recove
 	return unary, stream
 }
 
+// streamWorkers is the least number of gRPC stream workers: more than the
+// concurrent calls of a busy client (ghz's 8, a webhook shim's handful).
+const streamWorkers = 32
+
 // serverOptions are the gRPC options that follow from the configuration.
 func (s *Server) serverOptions() []grpc.ServerOption {
 	// Run handlers on a fixed set of workers rather than a new goroutine
-	// per call.
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+	// per call. gRPC hands a call to an idle worker or, when every worker
+	// is busy, starts a goroutine for it, whose small stack then grows
+	// (copied) through the engine's CEL evaluation: with only GOMAXPROCS
+	// workers, most concurrent calls took that path. Idle workers cost
+	// their stacks only.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(max(streamWorkers, 4*runtime.GOMAXPROCS(0)))),
 		// vtprotobuf encoding of responses (see arbiterv1.ServerCodec).
 		grpc.ForceServerCodecV2(arbiterv1.ServerCodec())}
 	if n := s.cfg.Limits.MaxRequestBytes; n > 0 {

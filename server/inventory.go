@@ -380,6 +380,7 @@ func (s *Server) Explain(ctx context.Context, in *arbiterv1.ExplainRequest) (*ar
 	opts.Trace = &outcome.Trace{}
 	var reads *clusterdata.Reads
 	opts.Context, reads = snap.RecordedContext()
+	opts.ImageVerifier = s.cfg.ImageVerifier
 	d := snap.Set.Evaluate(ctx, req, opts)
 	resp := &arbiterv1.ExplainResponse{Decision: convert.ResponseFromDecision(d)}
 	for _, r := range reads.List() {

@@ -128,6 +128,8 @@ func metricValue(m *dto.Metric) float64 {
 		return m.GetGauge().GetValue()
 	case m.GetHistogram() != nil:
 		return float64(m.GetHistogram().GetSampleCount())
+	case m.GetSummary() != nil:
+		return float64(m.GetSummary().GetSampleCount())
 	}
 	return 0
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/imageverify"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/authz"
 	"github.com/arbiter-pdp/arbiter/server/limits"
@@ -100,6 +101,12 @@ type Config struct {
 	ImageData kyvernocel.ImageDataContext
 	HTTP      kyvernocel.HTTPContext
 	Poster    clusterdata.Poster
+	// ImageVerifier serves ImageValidatingPolicies in decisions: image
+	// reads, signature and attestation verification, digest pinning (nil:
+	// their verification functions and digest pinning are error results
+	// naming what is unavailable). An *imageverify.Verifier also gives the
+	// arbiter_image_* metrics when Metrics is set.
+	ImageVerifier kyvernocel.ImageVerifier
 }
 
 // Server is an Arbiter replica.
@@ -187,21 +194,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	})
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			switch c {
-			case codes.OK, codes.Canceled, codes.NotFound, codes.InvalidArgument, codes.FailedPrecondition, codes.Aborted:
-				return logging.LevelDebug
-			case codes.Internal, codes.Unknown, codes.DataLoss:
-				return logging.LevelError
-			}
-			return logging.LevelWarn
-		}),
+		logging.WithLevels(callLogLevel),
 	}
 	recoveryOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		s.log.ErrorContext(ctx, "panic in handler", "panic", p)
 		return status.Errorf(codes.Internal, "internal error")
 	})
-	unary, streams := s.interceptors(recovery.UnaryServerInterceptor(recoveryOpt), logging.UnaryServerInterceptor(logger, logOpts...),
+	unary, streams := s.interceptors(recovery.UnaryServerInterceptor(recoveryOpt), logUnary(s.log, logger, callLogLevel),
 		recovery.StreamServerInterceptor(recoveryOpt), logging.StreamServerInterceptor(logger, logOpts...))
 	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(streams...)}, s.serverOptions()...)
 	opts = append(opts, cfg.GRPCOptions...)
@@ -216,6 +215,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.registerOps()
+	if iv, ok := cfg.ImageVerifier.(*imageverify.Verifier); ok && cfg.Metrics != nil {
+		cfg.Metrics.RegisterImageVerification(func() metrics.ImageVerification {
+			st := iv.Stats()
+			return metrics.ImageVerification{CacheHits: st.CacheHits, CacheMisses: st.CacheMisses,
+				Verifications: st.Verifications, Failures: st.Failures, Errors: st.Errors,
+				RegistryRequests: st.RegistryRequests, RegistryErrors: st.RegistryErrors,
+				RegistryLatency: st.RegistryLatency, MaxInFlight: st.MaxInFlight}
+		})
+	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.runCtx, s.stop = runCtx, cancel
@@ -467,4 +475,15 @@ func (s *Server) upsertBatch(objs []*manifest.Object) (store.Batch, error) {
 func (s *Server) isServing() bool {
 	resp, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: ServiceName})
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
+
+// callLogLevel is the level of a call's "finished call" log line.
+func callLogLevel(c codes.Code) logging.Level {
+	switch c {
+	case codes.OK, codes.Canceled, codes.NotFound, codes.InvalidArgument, codes.FailedPrecondition, codes.Aborted:
+		return logging.LevelDebug
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		return logging.LevelError
+	}
+	return logging.LevelWarn
 }

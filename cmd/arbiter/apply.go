@@ -14,6 +14,7 @@ import (
 
 func newApplyCommand() *cobra.Command {
 	var o apply.Options
+	var iv imageVerifierFlags
 	cmd := &cobra.Command{
 		Use:   "apply PATH... [--resource PATH]... [--exception PATH]... [--server ADDR [--candidate PATH]...]",
 		Short: "Evaluate every resource under the paths against every policy under them",
@@ -58,6 +59,13 @@ file, the object and the field) or the server cannot be reached.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Paths = args
+			v, err := iv.verifier()
+			if err != nil {
+				return err
+			}
+			if v != nil {
+				o.ImageVerifier = v
+			}
 			return runApply(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
@@ -72,6 +80,7 @@ file, the object and the field) or the server cannot be reached.`,
 	f.StringVar(&o.FailOn, "fail-on", "", "exit 1 on any result of this severity: fail or warn (default: on a denial)")
 	f.StringVar(&o.Progress, "progress", "auto", "progress on stderr: auto (a terminal and many resources), always or never")
 	addContextFlags(f, &o.Context)
+	iv.add(f)
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/callout"
 	"github.com/arbiter-pdp/arbiter/imagedata"
+	"github.com/arbiter-pdp/arbiter/imageverify"
 	"github.com/arbiter-pdp/arbiter/server/authz"
 )
 
@@ -22,6 +23,9 @@ const (
 	configAuthorizationKey = "authorization"
 	configCalloutKey       = "callout"
 	configImageDataKey     = "imageData"
+	// configImageVerificationKey configures serve's image verifier
+	// (docs/image-verification.md).
+	configImageVerificationKey = "imageVerification"
 )
 
 // configSections are the sections of a config file that are not flags.
@@ -31,6 +35,8 @@ type configSections struct {
 	callout *callout.Config
 	// imageData configures image.GetMetadata's registry access.
 	imageData *imagedata.Config
+	// imageVerification configures ImageValidatingPolicies' image verifier.
+	imageVerification *imageverify.Config
 }
 
 // decodeSection decodes a config file section strictly (unknown fields
@@ -57,7 +63,7 @@ func applyConfigFile(cmd *cobra.Command, path string) (*authz.Config, error) {
 }
 
 // applyConfigSections is applyConfigFile returning every section that is
-// not a flag: authorization, callout and imageData.
+// not a flag: authorization, callout, imageData and imageVerification.
 func applyConfigSections(cmd *cobra.Command, path string) (*configSections, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -110,13 +116,23 @@ func applyConfigSections(cmd *cobra.Command, path string) (*configSections, erro
 			}
 			sec.imageData = c
 			continue
+		case configImageVerificationKey:
+			c := &imageverify.Config{}
+			if err := decodeSection(path, k, v, c); err != nil {
+				return nil, err
+			}
+			if err := c.Validate(); err != nil {
+				return nil, exitWith(exitLoad, "--config %s: %s: %v", path, k, err)
+			}
+			sec.imageVerification = c
+			continue
 		}
 		if k == "config" {
 			return nil, exitWith(exitLoad, "--config %s: config: a config file cannot name another", path)
 		}
 		fl := cmd.Flags().Lookup(k)
 		if fl == nil {
-			return nil, exitWith(exitLoad, "--config %s: unknown key %q (keys are the flags of %s, and authorization, callout, imageData)", path, k, cmd.Name())
+			return nil, exitWith(exitLoad, "--config %s: unknown key %q (keys are the flags of %s, and authorization, callout, imageData, imageVerification)", path, k, cmd.Name())
 		}
 		if fl.Changed {
 			continue // the command line wins

@@ -35,6 +35,7 @@ type decideOptions struct {
 	output      string
 	timeout     time.Duration
 	context     apply.ContextOptions
+	images      imageVerifierFlags
 }
 
 // decisionOutput is what `decide -o json` prints.
@@ -90,6 +91,7 @@ Exit status: 0 when allowed, 1 when denied, 2 on bad input or an unreachable ser
 	f := cmd.Flags()
 	f.StringVarP(&o.file, "file", "f", "", "the object to decide on (YAML or JSON; - for stdin)")
 	f.StringVar(&o.oldFile, "old", "", "the existing object, for UPDATE and DELETE")
+	o.images.add(f)
 	f.StringVar(&o.server, "server", "", "ask the Arbiter server at ADDR")
 	f.Uint64Var(&o.minRevision, "min-revision", 0, "with --server: the smallest revision the decision may be made at")
 	f.StringVar(&o.operation, "operation", "CREATE", "admission operation: CREATE, UPDATE, DELETE, CONNECT")
@@ -183,7 +185,13 @@ func runDecide(ctx context.Context, out io.Writer, args []string, o *decideOptio
 		if err != nil {
 			return err
 		}
-		resp = convert.ResponseFromDecision(ps.Evaluate(ctx, req, &engine.EvalOptions{Context: libs}))
+		opts := engine.EvalOptions{Context: libs}
+		if v, err := o.images.verifier(); err != nil {
+			return err
+		} else if v != nil {
+			opts.ImageVerifier = v
+		}
+		resp = convert.ResponseFromDecision(ps.Evaluate(ctx, req, &opts))
 	}
 	if err := writeDecision(out, o.output, resp); err != nil {
 		return err

@@ -34,6 +34,9 @@ type kubeOptions struct {
 	renewDeadline  time.Duration
 	retryPeriod    time.Duration
 	resync         time.Duration
+	// What the source stores as context objects (kubesource/context.go).
+	contextResources []string
+	commitInterval   time.Duration
 
 	// What the primary writes back (cluster.go of kubesource).
 	policyStatus      bool
@@ -55,7 +58,7 @@ type kubeOptions struct {
 }
 
 func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
-	f.BoolVar(&o.enabled, "kube-source", false, "feed the store from the Kubernetes API server: policies, exceptions, ValidatingAdmissionPolicies and bindings, Namespaces and params (replicas elect their primary with --lease-name)")
+	f.BoolVar(&o.enabled, "kube-source", false, "feed the store from the Kubernetes API server: policies, exceptions, ValidatingAdmissionPolicies and bindings, Namespaces, params, GlobalContextEntries (and their apiCall data) and the objects the policies read (replicas elect their primary with --lease-name)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "--kube-source: kubeconfig of the API server (default: in-cluster configuration)")
 	f.StringVar(&o.leaseName, "lease-name", "arbiter-primary", `--kube-source: the Lease that elects the primary among replicas ("": no election, this replica is the primary)`)
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "--kube-source: namespace of the Lease (default $POD_NAMESPACE, the pod's namespace in-cluster, else default)")
@@ -64,6 +67,8 @@ func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
 	f.DurationVar(&o.renewDeadline, "lease-renew-deadline", 10*time.Second, "--kube-source: a primary that cannot renew its Lease for this long steps down (less than --lease-duration)")
 	f.DurationVar(&o.retryPeriod, "lease-retry-period", 2*time.Second, "--kube-source: how often the Lease is tried and renewed")
 	f.DurationVar(&o.resync, "kube-resync", 10*time.Minute, "--kube-source: how often the whole store is compared with the cluster")
+	f.StringSliceVar(&o.contextResources, "kube-context-resources", nil, "--kube-source: resources stored as context objects (APIVERSION/RESOURCE, e.g. v1/configmaps,apps/v1/deployments) for the resource.Get/List calls whose apiVersion and resource are not constants; the kinds policies name with constants and the GlobalContextEntries' kubernetesResource are watched without it (grant list/watch on each: docs/operations.md)")
+	f.DurationVar(&o.commitInterval, "kube-commit-interval", 100*time.Millisecond, "--kube-source: the shortest time between two revisions the source commits; cluster changes arriving meanwhile are gathered into the next (at most one revision per interval)")
 	f.BoolVar(&o.policyStatus, "kube-policy-status", true, "--kube-source: the primary writes the status of the ValidatingPolicies and MutatingPolicies (and their namespaced kinds) as Kyverno does: status.conditionStatus with WebhookConfigured and RBACPermissionsGranted, ready, and the revision that holds the policy")
 	f.StringVar(&o.reportsUser, "kube-reports-user", "", "--kube-source: the user whose get/list/watch permissions on the policies' resources the RBACPermissionsGranted condition checks (SubjectAccessReviews, as Kyverno checks its reports controller's service account); default: Arbiter's own credentials (SelfSubjectAccessReviews)")
 	f.StringVar(&o.webhooks, "kube-webhooks", "static", `--kube-source: "static": the webhook configurations of deploy/ send every request to the shim; "managed": the primary keeps a Validating- and a MutatingWebhookConfiguration (--kube-webhook-name) whose webhooks are made from the policies' matchConstraints, as Kyverno does`)
@@ -187,6 +192,9 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 		if k.webhooks != "static" || k.reportsUser != "" {
 			return exitWith(exitLoad, "--kube-webhooks and --kube-reports-user apply to --kube-source")
 		}
+		if len(k.contextResources) > 0 {
+			return exitWith(exitLoad, "--kube-context-resources applies to --kube-source")
+		}
 		return nil
 	}
 	switch {
@@ -200,7 +208,18 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 	if err != nil {
 		return exitWith(exitLoad, "--kube-source: %v", err)
 	}
-	src := kubesource.Config{Rest: rc, Logger: log, Resync: k.resync}
+	refs, err := kubesource.ParseContextResources(k.contextResources)
+	if err != nil {
+		return exitWith(exitLoad, "--kube-context-resources: %v", err)
+	}
+	if k.commitInterval < 0 {
+		return exitWith(exitLoad, "--kube-commit-interval: %s is negative", k.commitInterval)
+	}
+	src := kubesource.Config{Rest: rc, Logger: log, Resync: k.resync, ContextResources: refs, CommitInterval: k.commitInterval,
+		StoreSecrets: o.storeSecrets}
+	if o.calloutClient != nil {
+		src.APICall.Service = o.calloutClient
+	}
 	if err := k.clusterConfig(&src); err != nil {
 		return err
 	}

@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/callout"
 	"github.com/arbiter-pdp/arbiter/decisionlog"
 	"github.com/arbiter-pdp/arbiter/imagedata"
+	"github.com/arbiter-pdp/arbiter/imageverify"
 	"github.com/arbiter-pdp/arbiter/internal/gctune"
 	"github.com/arbiter-pdp/arbiter/server"
 	"github.com/arbiter-pdp/arbiter/server/limits"
@@ -64,12 +67,20 @@ type serveOptions struct {
 	// registry access (nil: not configured; such calls are errors).
 	callout   *callout.Config
 	imageData *imagedata.Config
+	// imageVerification is the `imageVerification:` section, images the
+	// --image-verification-config and --no-image-verification flags: the
+	// image verifier of ImageValidatingPolicies.
+	imageVerification *imageverify.Config
+	images            imageVerifierFlags
 
 	// kube are the --kube-source flags (kube.go).
 	kube kubeOptions
 
 	// storeSecrets lets writes store v1 Secrets as context objects.
 	storeSecrets bool
+	// calloutClient is the client of the callout section (nil: none): the
+	// Kubernetes source fetches GlobalContextEntries' apiCall.service with it.
+	calloutClient *callout.Client
 }
 
 type decisionLogOptions struct {
@@ -117,6 +128,7 @@ served for --drain-delay, in-flight calls finish (bounded by
 					return err
 				}
 				o.authorization, o.callout, o.imageData = sec.authorization, sec.callout, sec.imageData
+				o.imageVerification = sec.imageVerification
 			}
 			return runServe(cmd.Context(), &o)
 		},
@@ -175,6 +187,7 @@ func addServeFlags(f *pflag.FlagSet, o *serveOptions) {
 	f.Float64Var(&o.decisionLog.sampleDenied, "decision-log-sample-denied", 1, "fraction of denied decisions logged")
 	f.BoolVar(&o.decisionLog.objects, "decision-log-objects", false, "include the request's object and oldObject (masked) in decision log lines")
 	f.StringArrayVar(&o.decisionLog.masks, "decision-log-mask", decisionlog.DefaultMasks, `field masked in logged objects, KIND:PATH ("*" kind: every kind; "none": no masks; repeatable)`)
+	o.images.add(f)
 	addKubeFlags(f, &o.kube)
 }
 
@@ -220,6 +233,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// started is the server once it exists (what the image verifier
+	// reads pull secrets from).
+	var started atomic.Pointer[server.Server]
 	cfg := server.RunConfig{
 		Server: server.Config{
 			DataDir:           o.data,
@@ -236,15 +252,18 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			FollowDialOptions: sec.FollowDialOptions,
 			StoreSecrets:      o.storeSecrets,
 		},
-		Listen:             o.listen,
-		Load:               objs,
-		ServiceVersion:     version(),
-		MetricsListen:      o.metricsListen,
-		Pprof:              o.pprof,
-		GatewayListen:      o.gatewayListen,
-		CORSOrigins:        o.corsOrigins,
-		GatewayTLS:         sec.TLSConfig,
-		Start:              func(srv *server.Server, listen string) error { return startKube(srv, o, listen, log) },
+		Listen:         o.listen,
+		Load:           objs,
+		ServiceVersion: version(),
+		MetricsListen:  o.metricsListen,
+		Pprof:          o.pprof,
+		GatewayListen:  o.gatewayListen,
+		CORSOrigins:    o.corsOrigins,
+		GatewayTLS:     sec.TLSConfig,
+		Start: func(srv *server.Server, listen string) error {
+			started.Store(srv)
+			return startKube(srv, o, listen, log)
+		},
 		Signals:            []os.Signal{os.Interrupt, syscall.SIGTERM},
 		ShutdownTimeout:    o.shutdownTimeout,
 		TLS:                o.tlsCert != "",
@@ -254,7 +273,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if o.decisionLog.output != "" {
 		cfg.DecisionLog = decisionLogConfig(&o.decisionLog)
 	}
-	if err := configureCalls(&cfg.Server, o, log); err != nil {
+	if err := configureCalls(&cfg.Server, o, log, &started); err != nil {
 		return err
 	}
 	return server.Run(ctx, cfg)
@@ -281,8 +300,17 @@ func decisionLogConfig(o *decisionLogOptions) *decisionlog.Config {
 // callout and imageData sections: http.* and resource.Post (through the
 // Kubernetes API server of --kube-source, when given) and
 // image.GetMetadata. Without a section those calls are error results
-// naming what is not configured.
-func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error {
+// naming what is not configured. ImageValidatingPolicies get the image
+// verifier of the imageVerification section or
+// --image-verification-config (defaults without either), unless
+// --no-image-verification.
+//
+// The verifier resolves a policy's credentials.secrets from the Secrets
+// the server stores (--store-secrets, or the Kubernetes source): a bare
+// name of a cluster-wide policy names a Secret of $POD_NAMESPACE (the
+// service account's namespace in a cluster, else default), as Kyverno's
+// name Secrets of its own namespace.
+func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger, started *atomic.Pointer[server.Server]) error {
 	if o.callout != nil {
 		opts := callout.Options{Logger: log}
 		if o.kube.enabled {
@@ -297,6 +325,7 @@ func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error
 			return exitWith(exitLoad, "--config: callout: %v", err)
 		}
 		cfg.HTTP = c
+		o.calloutClient = c
 		if opts.Kube != nil {
 			cfg.Poster = c
 		}
@@ -307,6 +336,27 @@ func configureCalls(cfg *server.Config, o *serveOptions, log *slog.Logger) error
 			return exitWith(exitLoad, "--config: imageData: %v", err)
 		}
 		cfg.ImageData = f
+	}
+	secretsNamespace := podNamespace()
+	secrets := func(namespace string, names []string) authn.Keychain {
+		srv := started.Load()
+		if srv == nil {
+			return authn.NewMultiKeychain()
+		}
+		if namespace == "" {
+			namespace = secretsNamespace
+		}
+		return srv.PullSecretsKeychain(namespace, names)
+	}
+	iv, err := o.images.build(o.imageVerification, imageverify.Options{Logger: log, SecretKeychain: secrets})
+	if err != nil {
+		return err
+	}
+	if iv != nil {
+		cfg.ImageVerifier = iv
+		c := iv.Config()
+		log.Info("image verification on", "timeout", time.Duration(c.Timeout), "cache_ttl", time.Duration(c.CacheTTL),
+			"max_concurrent", c.MaxConcurrent, "insecure_registries", c.InsecureRegistries, "trusted_root", c.TrustedRoot != "")
 	}
 	return nil
 }

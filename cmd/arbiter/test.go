@@ -19,6 +19,7 @@ type testOptions struct {
 	failOnly    bool
 	requireTest bool
 	removeColor bool
+	images      imageVerifierFlags
 }
 
 func newTestCommand() *cobra.Command {
@@ -59,6 +60,7 @@ cannot be loaded (the message names the file, the test and the field).`,
 	f.BoolVar(&o.failOnly, "fail-only", false, "show failing results only")
 	f.BoolVar(&o.requireTest, "require-tests", false, "fail (exit 2) when no test file is found")
 	f.BoolVar(&o.removeColor, "remove-color", false, "accepted for compatibility with kyverno test (output is never colored)")
+	o.images.add(f)
 	return cmd
 }
 
@@ -94,7 +96,13 @@ func runTest(ctx context.Context, out, errOut io.Writer, args []string, o *testO
 		}
 		kyvernotest.RenderText(text, r, render)
 	}
-	results, err := kyvernotest.RunPaths(ctx, args, kyvernotest.Options{FileName: o.fileName, Filter: filter}, emit)
+	runOpts := kyvernotest.Options{FileName: o.fileName, Filter: filter}
+	if v, err := o.images.verifier(); err != nil {
+		return err
+	} else if v != nil {
+		runOpts.ImageVerifier = v
+	}
+	results, err := kyvernotest.RunPaths(ctx, args, runOpts, emit)
 	if err != nil {
 		return exitWith(exitLoad, "%v", err)
 	}

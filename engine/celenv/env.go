@@ -81,6 +81,31 @@ type Env struct {
 	mutatingOnce [2]sync.Once
 	mutating     [2]Pair
 	mutatingErr  [2]error
+	// image are the environments of ImageValidatingPolicies (cluster,
+	// namespaced × Kubernetes, JSON mode), built on first use.
+	imageOnce [2][2]sync.Once
+	image     [2][2]Pair
+	imageErr  [2][2]error
+}
+
+// declConfig says what an environment declares.
+type declConfig struct {
+	namespaced bool
+	// forPolicy declares the policy-only variables `variables` and
+	// `exceptions`.
+	forPolicy bool
+	// image, when set, makes an ImageValidatingPolicy environment.
+	image *imageDecl
+}
+
+// imageDecl is what an ImageValidatingPolicy environment declares beyond
+// the others.
+type imageDecl struct {
+	// json is the JSON evaluation mode: only `object` (and the kind's own
+	// variables) among the request's inputs.
+	json bool
+	// lib declares the kind's variables and functions.
+	lib []cel.EnvOption
 }
 
 // Pair is one environment in two builds with identical declarations and
@@ -118,11 +143,12 @@ func New() (*Env, error) {
 		{&e.clusterException, false, false},
 		{&e.namespacedException, true, false},
 	} {
-		tracked, err := newBase(c.namespaced, c.forPolicy)
+		cfg := declConfig{namespaced: c.namespaced, forPolicy: c.forPolicy}
+		tracked, err := newBase(cfg)
 		if err != nil {
 			return nil, err
 		}
-		fast, err := newFast(c.namespaced, c.forPolicy)
+		fast, err := newFast(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("building the untracked environment: %w", err)
 		}
@@ -134,13 +160,13 @@ func New() (*Env, error) {
 // compilerVersion is the environment version Kyverno compiles ValidatingPolicies with.
 var compilerVersion = version.MajorMinor(1, 0)
 
-func newBase(namespaced, forPolicy bool) (*cel.Env, error) {
+func newBase(cfg declConfig) (*cel.Env, error) {
 	base := environment.MustBaseEnvSet(compilerVersion)
 	stored, err := base.Env(environment.StoredExpressions)
 	if err != nil {
 		return nil, err
 	}
-	opts, libs, err := declarations(stored, namespaced, forPolicy)
+	opts, libs, err := declarations(stored, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -158,12 +184,12 @@ func newBase(namespaced, forPolicy bool) (*cel.Env, error) {
 // Kubernetes base environment's stored-expressions set
 // (k8s.io/apiserver/pkg/cel/environment/base.go at v0.37.2) without its
 // cost-tracking program options, then the same declarations.
-func newFast(namespaced, forPolicy bool) (*cel.Env, error) {
+func newFast(cfg declConfig) (*cel.Env, error) {
 	base, err := cel.NewEnv(kubernetesStoredOptions()...)
 	if err != nil {
 		return nil, err
 	}
-	opts, libs, err := declarations(base, namespaced, forPolicy)
+	opts, libs, err := declarations(base, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -210,21 +236,30 @@ func kubernetesStoredOptions() []cel.EnvOption {
 
 // declarations returns the options that declare Arbiter's variables and
 // types on top of base, then the libraries.
-func declarations(base *cel.Env, namespaced, forPolicy bool) (opts, libs []cel.EnvOption, err error) {
+func declarations(base *cel.Env, cfg declConfig) (opts, libs []cel.EnvOption, err error) {
 	declProvider := apiservercel.NewDeclTypeProvider(NamespaceType, RequestType)
 	declOptions, err := declProvider.EnvOptions(base.CELTypeProvider())
 	if err != nil {
 		return nil, nil, err
 	}
-	opts = append(CompatOptions(),
-		cel.Variable(NamespaceObjectVar, NamespaceType.CelType()),
-		cel.Variable(ObjectVar, cel.DynType),
-		cel.Variable(OldObjectVar, cel.DynType),
-		cel.Variable(RequestVar, RequestType.CelType()),
+	jsonMode := cfg.image != nil && cfg.image.json
+	// ImageValidatingPolicies are compiled without the orValue
+	// compatibility (Kyverno's ivpol compiler uses DefaultEnvOptions, not
+	// DefaultEnvOptionsWithCompat).
+	opts = compatOptions(cfg.image == nil)
+	opts = append(opts, cel.Variable(ObjectVar, cel.DynType))
+	if !jsonMode {
+		opts = append(opts,
+			cel.Variable(NamespaceObjectVar, NamespaceType.CelType()),
+			cel.Variable(OldObjectVar, cel.DynType),
+			cel.Variable(RequestVar, RequestType.CelType()),
+		)
+	}
+	opts = append(opts,
 		cel.Types(NamespaceType.CelType()),
 		cel.Types(RequestType.CelType()),
 	)
-	if forPolicy {
+	if cfg.forPolicy && !jsonMode {
 		opts = append(opts, cel.Variable(VariablesVar, VariablesType))
 	}
 	opts = append(opts, declOptions...)
@@ -233,18 +268,25 @@ func declarations(base *cel.Env, namespaced, forPolicy bool) (opts, libs []cel.E
 	libs = []cel.EnvOption{
 		ext.NativeTypes(reflect.TypeFor[Exception](), ext.ParseStructTags(true)),
 	}
-	if forPolicy {
+	if cfg.forPolicy {
 		libs = append(libs, cel.Variable(ExceptionsVar, types.NewObjectType("celenv.Exception")))
 	}
-	libs = append(libs, kyvernocel.Libraries(kyvernocel.Options{Namespaced: namespaced})...)
+	libs = append(libs, kyvernocel.Libraries(kyvernocel.Options{Namespaced: cfg.namespaced, NoX509: cfg.image != nil})...)
+	if cfg.image != nil {
+		libs = append(libs, cfg.image.lib...)
+	}
 	return opts, libs, nil
 }
 
 // CompatOptions are the cel-go extensions Kyverno adds to the Kubernetes
 // environment, and its orValue compatibility: `x.orValue(y)` on a value that
 // is not optional returns x (cel-go ≤ 0.27 behaviour), and on an error returns y.
-func CompatOptions() []cel.EnvOption {
-	return []cel.EnvOption{
+func CompatOptions() []cel.EnvOption { return compatOptions(true) }
+
+// compatOptions are CompatOptions, with or without the orValue
+// compatibility.
+func compatOptions(orValue bool) []cel.EnvOption {
+	opts := []cel.EnvOption{
 		cel.HomogeneousAggregateLiterals(),
 		cel.EagerlyValidateDeclarations(true),
 		cel.DefaultUTCTimeZone(true),
@@ -266,6 +308,11 @@ func CompatOptions() []cel.EnvOption {
 		library.URLs(),
 		library.Quantity(),
 		library.SemverLib(library.SemverVersion(1)),
+	}
+	if !orValue {
+		return opts
+	}
+	return append(opts,
 		cel.Macros(cel.ReceiverMacro("orValue", 1, orValueMacro)),
 		cel.Function(orValueFunc,
 			cel.Overload(orValueFunc+"_dyn_dyn",
@@ -274,7 +321,7 @@ func CompatOptions() []cel.EnvOption {
 				cel.BinaryBinding(orValueCompat),
 			),
 		),
-	}
+	)
 }
 
 const orValueFunc = "__orValueCompat__"
@@ -345,6 +392,46 @@ func (e *Env) Mutating(namespaced bool) (Pair, error) {
 		e.mutating[i] = p
 	})
 	return e.mutating[i], e.mutatingErr[i]
+}
+
+// Image returns the base environment of ImageValidatingPolicies
+// (namespaced or not, in the Kubernetes or JSON evaluation mode): Kyverno's
+// ivpol environment — the request's inputs (only `object` in JSON mode),
+// `variables` (Kubernetes mode), the context libraries without x509 and
+// without the orValue compatibility — with lib, the kind's own variables
+// and functions, and `exceptions` (an Arbiter addition: what granted
+// image-based exceptions allow). lib must be the same on every call: the
+// environments are built once.
+func (e *Env) Image(namespaced, jsonMode bool, lib []cel.EnvOption) (Pair, error) {
+	i, j := 0, 0
+	if namespaced {
+		i = 1
+	}
+	if jsonMode {
+		j = 1
+	}
+	e.imageOnce[i][j].Do(func() {
+		cfg := declConfig{namespaced: namespaced, forPolicy: true, image: &imageDecl{json: jsonMode, lib: lib}}
+		var p Pair
+		if p.Tracked, e.imageErr[i][j] = newBase(cfg); e.imageErr[i][j] != nil {
+			return
+		}
+		if p.Fast, e.imageErr[i][j] = newFast(cfg); e.imageErr[i][j] != nil {
+			e.imageErr[i][j] = fmt.Errorf("building the untracked environment: %w", e.imageErr[i][j])
+			return
+		}
+		e.image[i][j] = p
+	})
+	return e.image[i][j], e.imageErr[i][j]
+}
+
+// ForImagePolicy returns a fresh ImageValidatingPolicy environment.
+func (e *Env) ForImagePolicy(namespaced, jsonMode bool, lib []cel.EnvOption) (*PolicyEnv, error) {
+	base, err := e.Image(namespaced, jsonMode, lib)
+	if err != nil {
+		return nil, fmt.Errorf("building the image validating policy environment: %w", err)
+	}
+	return NewPolicyEnv(base)
 }
 
 // ApplyConfigurationTypeName is the CEL type of an apply configuration.

@@ -26,15 +26,23 @@ func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
 		return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array")
 	}
 	var ops []patch.Op
+	if n, ok := iter.Size().(types.Int); ok {
+		if n == 0 {
+			return nil, nil
+		}
+		ops = make([]patch.Op, 0, n)
+	}
 	for it := iter.Iterator(); it.HasNext() == types.True; {
 		v := it.Next()
-		native, err := v.ConvertToNative(reflect.TypeFor[*mutation.JSONPatchVal]())
-		if err != nil {
-			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch: %w", err)
-		}
-		jp, ok := native.(*mutation.JSONPatchVal)
+		jp, ok := v.(*mutation.JSONPatchVal)
 		if !ok {
-			return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch, got element of %T", native)
+			native, err := v.ConvertToNative(reflect.TypeFor[*mutation.JSONPatchVal]())
+			if err != nil {
+				return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch: %w", err)
+			}
+			if jp, ok = native.(*mutation.JSONPatchVal); !ok {
+				return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array of JSONPatch, got element of %T", native)
+			}
 		}
 		op := patch.Op{Op: jp.Op, Path: jp.Path, From: jp.From, Value: patch.NoValue{}}
 		if jp.Val != nil {
@@ -43,6 +51,7 @@ func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
 					return nil, fmt.Errorf("type mismatch: %w", err)
 				}
 			}
+			var err error
 			if op.Value, err = ToJSON(jp.Val); err != nil {
 				return nil, fmt.Errorf("JSONPath valueExpression evaluated to a type that could not marshal to JSON: %w", err)
 			}

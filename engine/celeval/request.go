@@ -43,6 +43,9 @@ type Config struct {
 	// ExactCost runs every program with cost tracking (slower; the
 	// untracked fast path is charged static estimates instead).
 	ExactCost bool
+	// ImageVerifier serves the verification functions of
+	// ImageValidatingPolicies (nil: they fail, naming what is unavailable).
+	ImageVerifier kyvernocel.ImageVerifier
 	// Request, when set, is what the `request` variable renders instead of
 	// the evaluated request: a mutate-existing target is evaluated as
 	// `object` within its trigger's request. Its objects are not measured
@@ -74,8 +77,9 @@ type Request struct {
 	// sizeLevel is the size level of the inputs (-2: not computed yet).
 	sizeLevel int
 	// curSizes bound the sizes of the current object when it is not the
-	// request's (nil: not known yet); inputs those of the request's inputs.
-	curSizes    *manifest.Sizes
+	// request's (when curKnown); inputs those of the request's inputs.
+	curSizes    manifest.Sizes
+	curKnown    bool
 	inputs      manifest.Sizes
 	inputsKnown bool
 	// cost is the CEL cost of the policies evaluated so far.
@@ -88,13 +92,26 @@ type Request struct {
 // NewRequest starts the evaluation of a request. The caller must not
 // modify the request's objects while it is evaluated.
 func NewRequest(ctx context.Context, req *admission.Request, cfg Config) *Request {
-	rq := &Request{ctx: ctx, done: ctx.Done(), req: req, cfg: cfg, now: cfg.Now, sizeLevel: -2}
+	rq := &Request{}
+	rq.init(ctx, req, cfg, nil, nil)
+	return rq
+}
+
+// init sets rq up for req, with object and oldObject the conversions of
+// its objects (nil: to be made).
+func (rq *Request) init(ctx context.Context, req *admission.Request, cfg Config, object, oldObject any) {
+	*rq = Request{ctx: ctx, done: ctx.Done(), req: req, cfg: cfg, now: cfg.Now, sizeLevel: -2}
 	if rq.now.IsZero() {
 		rq.now = time.Now()
 	}
 	rq.current = req.Object
-	rq.object = toVal(req.Object)
-	rq.oldObject = toVal(req.OldObject)
+	rq.object, rq.oldObject = object, oldObject
+	if object == nil {
+		rq.object = toVal(req.Object)
+	}
+	if oldObject == nil {
+		rq.oldObject = toVal(req.OldObject)
+	}
 	ns := cfg.Namespace
 	rq.namespaceObject = ns
 	if ns != nil && req.Namespace != "" && !(req.Resource.Resource == "namespaces" && req.Resource.Group == "") {
@@ -106,7 +123,6 @@ func NewRequest(ctx context.Context, req *admission.Request, cfg Config) *Reques
 	if rq.libCtx == nil {
 		rq.libCtx = kyvernocel.Offline
 	}
-	return rq
 }
 
 // toVal returns the activation value of an object: a lazily converted,
@@ -130,7 +146,7 @@ func (rq *Request) SetObject(obj map[string]any) {
 	if sameMap(obj, rq.current) {
 		return
 	}
-	rq.setObject(obj, nil)
+	rq.setObject(obj, manifest.Sizes{}, false, nil)
 }
 
 // SetObjectSized is SetObject with an upper bound of the sizes of obj
@@ -140,37 +156,87 @@ func (rq *Request) SetObjectSized(obj map[string]any, sizes manifest.Sizes) {
 	if sameMap(obj, rq.current) {
 		return
 	}
-	rq.setObject(obj, &sizes)
+	rq.setObject(obj, sizes, true, nil)
 }
 
-func (rq *Request) setObject(obj map[string]any, sizes *manifest.Sizes) {
-	rq.current = obj
-	rq.object = toVal(obj)
-	rq.memo = nil
-	rq.sizeLevel = -2
-	if sameMap(obj, rq.req.Object) {
-		rq.curSizes = nil
+// SetObjectChanged makes obj the object the next evaluations read, after a
+// change in place of the containers of the current object that
+// owner owns (a patch.Patcher), which obj may be; sizes bound its sizes.
+// What was memoized of the object is dropped, and what was converted of
+// the containers that changed.
+func (rq *Request) SetObjectChanged(obj map[string]any, sizes manifest.Sizes, owner jsonval.Owner) {
+	if sameMap(obj, rq.current) {
+		rq.changed(sizes, true)
 	} else {
-		rq.curSizes = sizes
+		rq.setObject(obj, sizes, true, nil)
+	}
+	if w, ok := rq.object.(*jsonval.Map); ok {
+		w.Refresh(owner)
 	}
 }
 
-// ObjectMark is the current object with what is known of its sizes, to
-// return to (a policy that errs leaves the object as it found it).
-type ObjectMark struct {
-	obj   map[string]any
-	sizes *manifest.Sizes
+// Rewind makes a marked object current again after the containers owner
+// owns (a patch.Patcher) were changed back in place to what they held when
+// it was marked.
+func (rq *Request) Rewind(m ObjectMark, owner jsonval.Owner) {
+	if sameMap(m.obj, rq.current) {
+		rq.object = m.val
+		rq.changed(m.sizes, m.known)
+	} else {
+		rq.setObject(m.obj, m.sizes, m.known, m.val)
+	}
+	if w, ok := rq.object.(*jsonval.Map); ok {
+		w.Refresh(owner)
+	}
 }
 
+// changed drops what was memoized and measured of the current object.
+func (rq *Request) changed(sizes manifest.Sizes, known bool) {
+	rq.memo = nil
+	rq.sizeLevel = -2
+	rq.curSizes, rq.curKnown = sizes, known && !sameMap(rq.current, rq.req.Object)
+}
+
+// setObject makes obj current, with val its conversion (nil: to be made).
+func (rq *Request) setObject(obj map[string]any, sizes manifest.Sizes, known bool, val any) {
+	rq.current = obj
+	switch prev, ok := rq.object.(*jsonval.Map); {
+	case val != nil:
+		rq.object = val
+	case ok && obj != nil:
+		// A mutation's result shares what it did not change with the
+		// object before it: so do their conversions.
+		rq.object = prev.Derive(obj)
+	default:
+		rq.object = toVal(obj)
+	}
+	rq.changed(sizes, known)
+}
+
+// ObjectMark is the current object with what is known of its sizes and
+// its conversion, to return to (a policy that errs leaves the object as it
+// found it).
+type ObjectMark struct {
+	obj   map[string]any
+	sizes manifest.Sizes
+	known bool
+	val   any
+}
+
+// Object returns the marked object.
+func (m ObjectMark) Object() map[string]any { return m.obj }
+
 // Mark returns the current object, to Restore later.
-func (rq *Request) Mark() ObjectMark { return ObjectMark{rq.current, rq.curSizes} }
+func (rq *Request) Mark() ObjectMark {
+	return ObjectMark{obj: rq.current, sizes: rq.curSizes, known: rq.curKnown, val: rq.object}
+}
 
 // Restore makes a marked object current again.
 func (rq *Request) Restore(m ObjectMark) {
 	if sameMap(m.obj, rq.current) {
 		return
 	}
-	rq.setObject(m.obj, m.sizes)
+	rq.setObject(m.obj, m.sizes, m.known, m.val)
 }
 
 // ObjectSizes returns an upper bound of the sizes of the current object.
@@ -179,17 +245,16 @@ func (rq *Request) ObjectSizes() manifest.Sizes {
 		// The request's inputs bound its object.
 		return rq.inputSizes()
 	}
-	if rq.curSizes == nil {
-		sizes := manifest.SizesOf(rq.current)
-		rq.curSizes = &sizes
+	if !rq.curKnown {
+		rq.curSizes, rq.curKnown = manifest.SizesOf(rq.current), true
 	}
-	return *rq.curSizes
+	return rq.curSizes
 }
 
 // Continue starts the evaluation of req — the same request with its
 // mutated object — by the kinds that follow the mutating ones: a fresh
 // state (nothing memoized) that charges the cost spent so far to the same
-// budget.
+// budget. It reuses rq, which is the new evaluation afterwards.
 func (rq *Request) Continue(req *admission.Request) *Request {
 	cfg := rq.cfg
 	if !sameMap(req.Object, rq.req.Object) {
@@ -203,10 +268,18 @@ func (rq *Request) Continue(req *admission.Request) *Request {
 		}
 		cfg.ObjectSizes = &sizes
 	}
-	next := NewRequest(rq.ctx, req, cfg)
-	next.now = rq.now
-	next.cost = rq.cost
-	return next
+	// The conversions of the objects made so far are the next request's.
+	var object, oldObject any
+	if sameMap(req.Object, rq.current) {
+		object = rq.object
+	}
+	if sameMap(req.OldObject, rq.req.OldObject) {
+		oldObject = rq.oldObject
+	}
+	now, cost := rq.now, rq.cost
+	rq.init(rq.ctx, req, cfg, object, oldObject)
+	rq.now, rq.cost = now, cost
+	return rq
 }
 
 func sameMap(a, b map[string]any) bool {
@@ -218,6 +291,12 @@ func sameMap(a, b map[string]any) bool {
 
 // Context returns the request's context.
 func (rq *Request) Context() context.Context { return rq.ctx }
+
+// ImageVerifier returns what serves the image verification functions, or nil.
+func (rq *Request) ImageVerifier() kyvernocel.ImageVerifier { return rq.cfg.ImageVerifier }
+
+// Libraries returns the context the libraries read (never nil).
+func (rq *Request) Libraries() kyvernocel.Context { return rq.libCtx }
 
 // Attributes returns the request's attributes.
 func (rq *Request) Attributes() *admission.Request { return rq.req }
@@ -292,13 +371,22 @@ func Run[T any](rq *Request, scope *Scope, fn func(st *State) T) T {
 	st := &rq.st
 	st.reset(rq, scope, rq.cfg.ExactCost)
 	out := fn(st)
-	if st.inexact {
+	if st.inexact || rerunAlways {
 		st.reset(rq, scope, true)
 		out = fn(st)
 	}
 	rq.cost += st.cost
 	return out
 }
+
+// rerunAlways makes Run run every policy a second time, exactly (tests:
+// SetRerunAlways).
+var rerunAlways bool
+
+// SetRerunAlways makes Run run every policy a second time with exact cost
+// tracking, as when its estimates exceed the budget, so that tests see
+// that a rerun starts where the first run did. Not for concurrent use.
+func SetRerunAlways(on bool) { rerunAlways = on }
 
 // level returns the index of the size level bounding the request's inputs.
 func (rq *Request) level() int {

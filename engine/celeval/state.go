@@ -34,8 +34,10 @@ type State struct {
 	varsStore  varsValue
 	varsArray  [8]ref.Val
 	exceptions *celenv.Exception
-	cost       uint64
-	libs       map[string]any
+	// resolver resolves a kind's own variables first (nil: none).
+	resolver Resolver
+	cost     uint64
+	libs     map[string]any
 	// exact runs every program with cost tracking.
 	exact bool
 	// inexact is set when charged estimates exceeded the budget.
@@ -48,6 +50,7 @@ type State struct {
 func (st *State) reset(rq *Request, scope *Scope, exact bool) {
 	// Field by field: the variables' array is cleared only as far as used.
 	st.rq, st.scope, st.exact, st.exceptions = rq, scope, exact, &noExceptions
+	st.resolver = nil
 	st.cost, st.libs, st.inexact = 0, nil, false
 	st.lbl, st.isTraced = traceLabel{}, rq.cfg.Trace != nil
 	st.varsStore = varsValue{st: st}
@@ -75,6 +78,17 @@ func (st *State) SetExceptions(allowedImages, allowedValues []string) {
 	}
 	st.exceptions = &celenv.Exception{AllowedImages: allowedImages, AllowedValues: allowedValues}
 }
+
+// Resolver resolves names of a kind's own (ImageValidatingPolicy's
+// images, attestors, ...), or overrides the request's inputs.
+type Resolver interface {
+	ResolveName(name string) (any, bool)
+}
+
+// SetResolver makes r resolve names before the request's inputs, the
+// policy's variables and the context libraries, for the rest of this
+// policy's evaluation.
+func (st *State) SetResolver(r Resolver) { st.resolver = r }
 
 // noExceptions is the `exceptions` value when no image- or value-based
 // exception applies (read-only).
@@ -192,6 +206,11 @@ func (st *State) Match(conds []*Program, fp admissionregistrationv1.FailurePolic
 
 // ResolveName implements interpreter.Activation.
 func (st *State) ResolveName(name string) (any, bool) {
+	if st.resolver != nil {
+		if v, ok := st.resolver.ResolveName(name); ok {
+			return v, true
+		}
+	}
 	switch name {
 	case celenv.ObjectVar:
 		return st.rq.object, true

@@ -6,12 +6,19 @@
 // object instead of re-wrapping every field they touch. Values are not safe
 // for concurrent use: build one per request. Map iteration is in sorted key
 // order, so two replicas evaluating the same object iterate it alike.
+//
+// A mutation's result shares the subtrees it did not change with the object
+// it was made from: Map.Derive wraps it so that those subtrees' conversions
+// are taken over from the previous object's wrapper, not made again. The
+// data must not change in place while it is wrapped (a container's
+// conversion is taken over by identity).
 package jsonval
 
 import (
 	"fmt"
 	"reflect"
 	"sort"
+	"unsafe"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -62,6 +69,34 @@ var (
 // NewMap wraps m.
 func NewMap(m map[string]any) *Map { return &Map{m: m} }
 
+// Derive returns the wrapper of n, an object made from m's (a mutation's
+// result): it starts with the conversions m made of the values n shares
+// with m's object (the same containers, equal scalars), and of the
+// containers that replace m's at the same place, wrappers derived from
+// theirs in turn. Neither object may change in place while wrapped.
+func (m *Map) Derive(n map[string]any) *Map {
+	if sameMap(m.m, n) {
+		return m
+	}
+	d := &Map{m: n}
+	if len(m.cache) == 0 {
+		return d
+	}
+	for _, e := range m.cache {
+		raw, ok := n[e.key]
+		if !ok {
+			continue
+		}
+		if v := takeOver(e.val, raw); v != nil {
+			if d.cache == nil {
+				d.cache = make([]entry, 0, max(len(m.cache), min(len(n), 8)))
+			}
+			d.cache = append(d.cache, entry{key: e.key, val: v})
+		}
+	}
+	return d
+}
+
 func (m *Map) get(k string) (ref.Val, bool) {
 	for i := range m.cache {
 		if m.cache[i].key == k {
@@ -74,10 +109,130 @@ func (m *Map) get(k string) (ref.Val, bool) {
 	}
 	v := Of(raw)
 	if m.cache == nil {
-		m.cache = make([]entry, 0, 4)
+		m.cache = make([]entry, 0, min(len(m.m), 8))
 	}
 	m.cache = append(m.cache, entry{key: k, val: v})
 	return v, true
+}
+
+// takeOver returns the conversion of raw from prev, the conversion of the
+// value at the same place in an earlier object: prev itself when it
+// converts raw (the same container, an equal scalar); for a container in
+// place of one of the same type, a wrapper derived from prev's; nil
+// otherwise.
+func takeOver(prev ref.Val, raw any) ref.Val {
+	switch t := raw.(type) {
+	case map[string]any:
+		if pm, ok := prev.(*Map); ok && t != nil {
+			return pm.Derive(t)
+		}
+	case []any:
+		if pl, ok := prev.(*List); ok && t != nil {
+			return pl.derive(t)
+		}
+	case string:
+		if ps, ok := prev.(types.String); ok && string(ps) == t {
+			return ps
+		}
+	case int64:
+		if pi, ok := prev.(types.Int); ok && int64(pi) == t {
+			return pi
+		}
+	case float64:
+		if pd, ok := prev.(types.Double); ok && float64(pd) == t {
+			return pd
+		}
+	case bool:
+		if pb, ok := prev.(types.Bool); ok && bool(pb) == t {
+			return pb
+		}
+	}
+	return nil
+}
+
+// An Owner says which containers (maps and slices) of an object it may
+// change in place (a patch.Patcher).
+type Owner interface {
+	Owns(c any) bool
+}
+
+// Refresh drops the conversions of m that no longer convert its object's
+// values, after containers of the object changed in place: those the owner
+// owns are looked into (the conversions of their values are refreshed in
+// turn); every other container must not have changed since it was
+// wrapped.
+func (m *Map) Refresh(owner Owner) {
+	keep := m.cache[:0]
+	for _, e := range m.cache {
+		if raw, ok := m.m[e.key]; ok && converts(e.val, raw) {
+			refresh(e.val, raw, owner)
+			keep = append(keep, e)
+		}
+	}
+	clear(m.cache[len(keep):])
+	m.cache = keep
+}
+
+func (l *List) refresh(owner Owner) {
+	for i, v := range l.cache {
+		if v == nil {
+			continue
+		}
+		if raw := l.l[i]; converts(v, raw) {
+			refresh(v, raw, owner)
+		} else {
+			l.cache[i] = nil
+		}
+	}
+}
+
+// refresh refreshes v, the conversion of raw, if raw may have changed.
+func refresh(v ref.Val, raw any, owner Owner) {
+	switch t := v.(type) {
+	case *Map:
+		if owner.Owns(raw) {
+			t.Refresh(owner)
+		}
+	case *List:
+		if owner.Owns(raw) {
+			t.refresh(owner)
+		}
+	}
+}
+
+// converts says whether v is the conversion of raw.
+func converts(v ref.Val, raw any) bool {
+	switch t := v.(type) {
+	case *Map:
+		r, ok := raw.(map[string]any)
+		return ok && sameMap(t.m, r)
+	case *List:
+		r, ok := raw.([]any)
+		return ok && sameList(t.l, r)
+	case types.String:
+		r, ok := raw.(string)
+		return ok && string(t) == r
+	case types.Int:
+		r, ok := raw.(int64)
+		return ok && int64(t) == r
+	case types.Double:
+		r, ok := raw.(float64)
+		return ok && float64(t) == r
+	case types.Bool:
+		r, ok := raw.(bool)
+		return ok && bool(t) == r
+	case types.Null:
+		return raw == nil
+	}
+	return false
+}
+
+func sameMap(a, b map[string]any) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b))
+}
+
+func sameList(a, b []any) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // Find implements traits.Mapper.
@@ -176,6 +331,29 @@ func (m *Map) String() string { return fmt.Sprint(m.m) }
 type List struct {
 	l     []any
 	cache []ref.Val
+}
+
+// derive is Map.Derive for a list.
+func (l *List) derive(n []any) *List {
+	if sameList(l.l, n) {
+		return l
+	}
+	d := &List{l: n}
+	if l.cache == nil {
+		return d
+	}
+	for i, v := range l.cache[:min(len(l.cache), len(n))] {
+		if v == nil {
+			continue
+		}
+		if w := takeOver(v, n[i]); w != nil {
+			if d.cache == nil {
+				d.cache = make([]ref.Val, len(n))
+			}
+			d.cache[i] = w
+		}
+	}
+	return d
 }
 
 func (l *List) at(i int) ref.Val {

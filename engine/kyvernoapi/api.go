@@ -21,6 +21,10 @@ const (
 	KindPolicyException            = "PolicyException"
 	KindMutatingPolicy             = "MutatingPolicy"
 	KindNamespacedMutatingPolicy   = "NamespacedMutatingPolicy"
+	// KindImageValidatingPolicy and KindNamespacedImageValidatingPolicy
+	// verify image signatures and attestations (engine/ivpol).
+	KindImageValidatingPolicy           = "ImageValidatingPolicy"
+	KindNamespacedImageValidatingPolicy = "NamespacedImageValidatingPolicy"
 )
 
 // IsNamespacedKind says whether a policy kind is the namespaced flavour of

@@ -24,6 +24,11 @@ import (
 // Kyverno 1.19.1 links) with its default options: weak validation, default
 // registry index.docker.io (docker.io is rewritten to it), default tag latest.
 
+// ImageReferenceLibrary declares Kyverno's image reference functions
+// (image(), isImage(), and the members of kyverno.image) alone: the
+// environment of ImageValidatingPolicies' matchImageReferences expressions.
+func ImageReferenceLibrary() []cel.EnvOption { return imageRefFunctions() }
+
 func imageRefFunctions() []cel.EnvOption {
 	return []cel.EnvOption{
 		cel.Function("image",

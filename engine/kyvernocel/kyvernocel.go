@@ -91,6 +91,9 @@ type Options struct {
 	// namespaced policy is decided by the caller (see ExpressionsUseHTTP,
 	// HTTPNamespacer and NamespacedHTTPNotAllowed).
 	Namespaced bool
+	// NoX509 leaves the x509 library out (Kyverno's ImageValidatingPolicy
+	// environment does not have it).
+	NoX509 bool
 }
 
 // Libraries returns the env options that declare and implement every Kyverno
@@ -135,7 +138,9 @@ func Libraries(o Options) []cel.EnvOption {
 	opts = append(opts, jsonFunctions()...)
 	opts = append(opts, yamlFunctions()...)
 	opts = append(opts, randomFunctions()...)
-	opts = append(opts, x509Functions()...)
+	if !o.NoX509 {
+		opts = append(opts, x509Functions()...)
+	}
 	opts = append(opts, timeFunctions()...)
 	opts = append(opts, transformFunctions()...)
 	opts = append(opts, gzipFunctions()...)

@@ -29,7 +29,8 @@ func ExpressionsUseGlobalContext(expressions ...string) bool {
 }
 
 var parseEnv = sync.OnceValue(func() *cel.Env {
-	env, err := cel.NewEnv()
+	// Optional syntax (x.?y, m[?k]) parses: policies use it.
+	env, err := cel.NewEnv(cel.OptionalTypes())
 	if err != nil {
 		return nil
 	}

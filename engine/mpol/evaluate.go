@@ -3,8 +3,10 @@ package mpol
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/google/cel-go/common/types/ref"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -72,6 +74,11 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 	req := rq.Attributes()
 	background := req.Mode == admission.ModeBackground
 	original := rq.Object()
+	// The JSON patches of the policies are applied in place by one Patcher,
+	// which copies a container of the object once for them all (made when
+	// a policy first needs it). The object it leaves is never changed once
+	// Mutate returns.
+	var pt *patch.Patcher
 	var failures []string
 	cands := s.byResource.Candidates(req.Resource.Resource)
 	out.Reserve(len(cands))
@@ -96,17 +103,28 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 				}
 				rq.Note(p.Key(), v.config, outcome.PhaseMatch, "", what)
 			}
-			var mutated map[string]any
-			var sizes manifest.Sizes
-			r, mutated, sizes = s.evalVariant(rq, e, v, v.matchConditions)
-			if mutated != nil {
+			if !background && v.inPlace() {
+				if pt == nil {
+					pt = patchers.Get().(*patch.Patcher)
+					pt.Reset(rq.Object(), patch.Options{})
+				}
+				var changed bool
+				r, changed = s.evalInPlace(rq, e, v, pt)
+				r.Mutated = changed
+				break
+			}
+			var after celeval.ObjectMark
+			var mutated bool
+			r, after, mutated = s.evalVariant(rq, e, v, v.matchConditions)
+			if mutated {
+				mutated := after.Object()
 				if background {
 					if r.Result == outcome.Pass && !patch.Equal(mutated, original) {
 						r.Result, r.Message = outcome.Fail, messageNotApplied
 					}
 				} else {
 					r.Mutated = !patch.Equal(mutated, rq.Object())
-					rq.SetObjectSized(mutated, sizes)
+					rq.Restore(after)
 				}
 			}
 		}
@@ -123,6 +141,10 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 		}
 		out.Results = append(out.Results, r)
 	}
+	if pt != nil {
+		pt.Reset(nil, patch.Options{})
+		patchers.Put(pt)
+	}
 	if len(failures) > 0 {
 		out.Deny(400, "", "Resource: ", req.Namespace, "/", req.Name, ", Kind: ", req.Kind.Kind, ", Errors: [", strings.Join(failures, " "), "]")
 	}
@@ -132,45 +154,120 @@ func (s *Set) Mutate(rq *celeval.Request, out *outcome.Outcome) {
 // so far: exceptions, conditions (the matchConditions, or a target's
 // targetMatchConditions), the mutations in order (each on the previous
 // one's result), audit annotations. It returns the result and the mutated
-// object (nil when the policy did not apply its mutations: skip,
-// exemption, error).
-func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program) (outcome.Result, map[string]any, manifest.Sizes) {
+// object, as a mark to restore, and whether there is one (not when the
+// policy did not apply its mutations: skip, exemption, error); the
+// request's object is the one the policy found.
+func (s *Set) evalVariant(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program) (outcome.Result, celeval.ObjectMark, bool) {
 	p := v.policy
 	mode := rq.Attributes().Mode
 	if err := rq.Stopped(); err != nil {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, err.Error()+"; the policy was not evaluated", nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil, manifest.Sizes{}
+		return r, celeval.ObjectMark{}, false
 	}
 	if rq.BudgetSpent() {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", rq.Budget(), rq.Cost()), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil, manifest.Sizes{}
+		return r, celeval.ObjectMark{}, false
 	}
 	before := rq.Mark()
 	type ret struct {
-		r     outcome.Result
-		obj   map[string]any
-		sizes manifest.Sizes
+		r       outcome.Result
+		after   celeval.ObjectMark
+		mutated bool
 	}
 	o := celeval.Run(rq, &v.scope, func(st *celeval.State) ret {
 		// Each run starts from the object the policy found (a rerun with
 		// exact cost tracking discards the first run's mutations).
 		rq.Restore(before)
-		r, obj, sizes := s.evalVariantOnce(rq, e, v, conds, st)
-		return ret{r, obj, sizes}
+		r, ok := s.evalVariantOnce(rq, e, v, conds, st, nil)
+		return ret{r, rq.Mark(), ok}
 	})
 	rq.Restore(before)
-	return o.r, o.obj, o.sizes
+	return o.r, o.after, o.mutated
 }
 
-func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program, st *celeval.State) (outcome.Result, map[string]any, manifest.Sizes) {
+// patchers are the Patchers of the requests being mutated.
+var patchers = sync.Pool{New: func() any { return new(patch.Patcher) }}
+
+// copyOnly makes every policy apply its mutations by copying (tests).
+var copyOnly bool
+
+// inPlace says whether the variant's mutations may be applied in place by
+// a Patcher: they are all JSON patches, and no value computed before one
+// of them (a variable's, which holds the object's containers as they were)
+// is read after it.
+func (v *variant) inPlace() bool {
+	if copyOnly {
+		return false
+	}
+	for _, m := range v.mutations {
+		if !m.jsonPatch {
+			return false
+		}
+	}
+	return len(v.scope.Variables) == 0 || len(v.mutations) == 1 && len(v.auditAnnotations) == 0
+}
+
+// evalInPlace is evalVariant for a variant whose mutations pt applies in
+// place (v.inPlace()), to the request's object: it returns the result and
+// whether the object changed, the request's object being the policy's
+// result (as it found it when the policy did not apply its mutations).
+func (s *Set) evalInPlace(rq *celeval.Request, e *entry, v *variant, pt *patch.Patcher) (outcome.Result, bool) {
 	p := v.policy
 	mode := rq.Attributes().Mode
-	fail := func(err error) (outcome.Result, map[string]any, manifest.Sizes) {
+	if err := rq.Stopped(); err != nil {
+		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, err.Error()+"; the policy was not evaluated", nil)
+		r.Cause = outcome.CauseEvaluation
+		return r, false
+	}
+	if rq.BudgetSpent() {
+		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, fmt.Sprintf("decision cost budget of %d exceeded (the policies before this one cost %d); the policy was not evaluated", rq.Budget(), rq.Cost()), nil)
+		r.Cause = outcome.CauseEvaluation
+		return r, false
+	}
+	if !sameMap(pt.Object(), rq.Object()) {
+		// Another kind or a policy with other mutations set the object.
+		pt.SetObject(rq.Object())
+	}
+	before := rq.Mark()
+	sp := pt.Savepoint()
+	defer pt.Release()
+	runs := 0
+	type ret struct {
+		r       outcome.Result
+		applied bool
+	}
+	o := celeval.Run(rq, &v.scope, func(st *celeval.State) ret {
+		// Each run starts from the object the policy found (a rerun with
+		// exact cost tracking discards the first run's mutations).
+		if runs++; runs > 1 && pt.Touched(sp) {
+			pt.Rollback(sp)
+			rq.Rewind(before, pt)
+		}
+		r, ok := s.evalVariantOnce(rq, e, v, v.matchConditions, st, pt)
+		return ret{r, ok}
+	})
+	if !o.applied {
+		if pt.Touched(sp) {
+			pt.Rollback(sp)
+			rq.Rewind(before, pt)
+		}
+		return o.r, false
+	}
+	return o.r, pt.Changed(sp)
+}
+
+// evalVariantOnce evaluates the policy; it reports whether it applied its
+// mutations (the request's object is then their result). With a Patcher
+// (v.inPlace()), the mutations are applied in place by it.
+func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds []*celeval.Program, st *celeval.State, pt *patch.Patcher) (outcome.Result, bool) {
+	p := v.policy
+	mode := rq.Attributes().Mode
+	fail := func(err error) (outcome.Result, bool) {
 		r := result(mode, p, outcome.RuleEvaluation, outcome.Error, evaluationFailed+err.Error(), nil)
 		r.Cause = outcome.CauseEvaluation
-		return r, nil, manifest.Sizes{}
+		return r, false
 	}
 	ver := e.bound.Evaluate(st, p.Namespaced(), admissionregistrationv1.Fail, exception.ErrorStops)
 	if ver.Err != nil {
@@ -180,7 +277,7 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 		res, msg, props, keys := exception.Exemption(ver.Granted)
 		r := result(mode, p, outcome.RuleException, res, msg, props)
 		r.Cause, r.Granted = outcome.CauseException, keys
-		return r, nil, manifest.Sizes{}
+		return r, false
 	}
 	st.SetExceptions(ver.AllowedImages, ver.AllowedValues)
 	st.Label(outcome.PhaseMatchCondition, "", "")
@@ -191,10 +288,14 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 	if !matched {
 		r := result(mode, p, "", outcome.Skip, messageSkip, nil)
 		r.Cause = outcome.CauseMatchConditions
-		return r, nil, manifest.Sizes{}
+		return r, false
 	}
 	start := rq.Object()
 	obj := start
+	// The object's identity as the policy found it (taken before the
+	// first change in place), when a mutation changed it.
+	var id identity
+	changed := false
 	for i, m := range v.mutations {
 		st.Label(outcome.PhaseMutation, celeval.Index(i), "")
 		val, err := st.Eval(m.prog)
@@ -203,6 +304,24 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 		}
 		prev := rq.ObjectSizes()
 		var sizes manifest.Sizes
+		if pt != nil {
+			ops, err := celeval.JSONPatchOps(val)
+			if err != nil {
+				return fail(err)
+			}
+			if len(ops) > 0 && !changed {
+				id, changed = identityOf(obj), true
+			}
+			applied, err := pt.Apply(ops)
+			if err != nil {
+				return fail(err)
+			}
+			if applied && len(ops) > 0 {
+				obj = pt.Object()
+				rq.SetObjectChanged(obj, patchSizes(obj, ops, prev), pt)
+			}
+			continue
+		}
 		if m.jsonPatch {
 			obj, sizes, err = applyJSONPatch(obj, val, prev)
 		} else {
@@ -213,14 +332,19 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 		}
 		rq.SetObjectSized(obj, sizes)
 	}
-	if err := checkIdentity(start, obj); err != nil {
-		return fail(err)
+	if pt == nil && !sameMap(obj, start) {
+		id, changed = identityOf(start), true
+	}
+	if changed {
+		if err := checkIdentity(id, identityOf(obj)); err != nil {
+			return fail(err)
+		}
 	}
 	annotations, err := auditAnnotations(st, v)
 	if err != nil {
 		return fail(err)
 	}
-	return result(mode, p, "", outcome.Pass, messageSuccess, annotations), obj, rq.ObjectSizes()
+	return result(mode, p, "", outcome.Pass, messageSuccess, annotations), true
 }
 
 func auditAnnotations(st *celeval.State, v *variant) (map[string]string, error) {
@@ -245,24 +369,31 @@ func auditAnnotations(st *celeval.State, v *variant) (map[string]string, error) 
 	return out, nil
 }
 
+// identityFields are what make an object the object it is: a mutation may
+// not change them.
+var identityFields = [...][]string{{"apiVersion"}, {"kind"}, {"metadata", "name"}, {"metadata", "namespace"}, {"metadata", "uid"}}
+
+// identity is an object's identityFields ("" where missing or no string).
+type identity [len(identityFields)]string
+
+func identityOf(obj map[string]any) identity {
+	var id identity
+	id[0], _ = obj["apiVersion"].(string)
+	id[1], _ = obj["kind"].(string)
+	if meta, ok := obj["metadata"].(map[string]any); ok {
+		id[2], _ = meta["name"].(string)
+		id[3], _ = meta["namespace"].(string)
+		id[4], _ = meta["uid"].(string)
+	}
+	return id
+}
+
 // checkIdentity refuses a mutated object that is not the same object: its
 // apiVersion, kind, name, namespace or uid changed (a patch may not turn
 // the admitted object into another one).
-func checkIdentity(before, after map[string]any) error {
-	str := func(m map[string]any, path ...string) string {
-		var cur any = m
-		for _, k := range path {
-			mm, ok := cur.(map[string]any)
-			if !ok {
-				return ""
-			}
-			cur = mm[k]
-		}
-		s, _ := cur.(string)
-		return s
-	}
-	for _, path := range [][]string{{"apiVersion"}, {"kind"}, {"metadata", "name"}, {"metadata", "namespace"}, {"metadata", "uid"}} {
-		if b, a := str(before, path...), str(after, path...); b != a {
+func checkIdentity(before, after identity) error {
+	for i, path := range identityFields {
+		if b, a := before[i], after[i]; b != a {
 			return fmt.Errorf("the mutation changed %s from %q to %q: a mutation may not turn the object into another one", strings.Join(path, "."), b, a)
 		}
 	}
@@ -283,6 +414,12 @@ func applyJSONPatch(obj map[string]any, val ref.Val, prev manifest.Sizes) (map[s
 	if err != nil {
 		return nil, prev, err
 	}
+	return out, patchSizes(out, ops, prev), nil
+}
+
+// patchSizes bounds the sizes of out, the result of ops, from prev, those
+// of the object they were applied to.
+func patchSizes(out map[string]any, ops []patch.Op, prev manifest.Sizes) manifest.Sizes {
 	sizes := prev
 	for _, op := range ops {
 		if _, none := op.Value.(patch.NoValue); !none {
@@ -294,7 +431,11 @@ func applyJSONPatch(obj map[string]any, val ref.Val, prev manifest.Sizes) (map[s
 			sizes = sizes.Max(manifest.Sizes{Entries: n, Length: n})
 		}
 	}
-	return out, sizes, nil
+	return sizes
+}
+
+func sameMap(a, b map[string]any) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func cutLast(path string) (parent, last string, ok bool) {
@@ -310,8 +451,13 @@ func cutLast(path string) (parent, last string, ok bool) {
 func containerLen(obj map[string]any, pointer string) (uint64, bool) {
 	var cur any = obj
 	if pointer != "" {
-		for _, tok := range strings.Split(pointer[strings.IndexByte(pointer, '/')+1:], "/") {
-			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		rest := pointer[strings.IndexByte(pointer, '/')+1:]
+		for more := true; more; {
+			var tok string
+			tok, rest, more = strings.Cut(rest, "/")
+			if strings.IndexByte(tok, '~') >= 0 {
+				tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+			}
 			switch c := cur.(type) {
 			case map[string]any:
 				cur = c[tok]

@@ -199,9 +199,9 @@ func (s *Set) MutateTarget(rq *celeval.Request, found Discovered, out *outcome.O
 		if p.target != nil {
 			conds = p.target.conditions
 		}
-		r, mutated, sizes := s.evalVariant(rq, e, v, conds)
-		if mutated != nil {
-			rq.SetObjectSized(mutated, sizes)
+		r, after, mutated := s.evalVariant(rq, e, v, conds)
+		if mutated {
+			rq.Restore(after)
 		}
 		r.Expired = e.bound.Expired(rq.Now())
 		if rq.Traced() {

@@ -66,6 +66,17 @@ func (p *Policy) Namespaced() bool { return p.Kind == kyvernoapi.KindNamespacedM
 // (targetMatchConstraints, evaluation.mutateExisting).
 func (p *Policy) MutateExisting() bool { return p.Spec.IsMutateExisting() }
 
+// AppliesConfigurations says whether a mutation of the policy is an apply
+// configuration (merged with the schema of the object's kind).
+func (p *Policy) AppliesConfigurations() bool {
+	for _, m := range p.Spec.Mutations {
+		if m.PatchType != admissionregistrationv1.PatchTypeJSONPatch {
+			return true
+		}
+	}
+	return false
+}
+
 // variant is the policy, or one autogen configuration of it, compiled.
 type variant struct {
 	policy *Policy

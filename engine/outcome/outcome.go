@@ -26,6 +26,7 @@ const (
 	SourcePodSecurity               = "PodSecurity"
 	SourceMutatingPolicy            = "KyvernoMutatingPolicy"
 	SourceMutatingAdmissionPolicy   = "MutatingAdmissionPolicy"
+	SourceImageValidatingPolicy     = "KyvernoImageValidatingPolicy"
 )
 
 // Report property names.

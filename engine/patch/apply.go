@@ -78,21 +78,34 @@ func (o Options) ApplyJSONPatch(obj map[string]any, ops []Op) (map[string]any, e
 // policies of one admission request do, each patch with ApplyJSONPatch's
 // semantics on the object the patches before it left. Unlike a chain of
 // ApplyJSONPatch calls, it copies a container of the object once for all
-// the patches, not once per patch. A patch whose test fails, or that fails,
-// leaves the object as it was (its changes are undone).
+// the patches, not once per patch, and changes it in place afterwards. A
+// patch whose test fails, or that fails, leaves the object as it was (its
+// changes are undone); a Savepoint marks the object to roll back to, or to
+// compare with, across several patches.
 //
-// The object it starts from and the operations' values are never modified.
-// The object Object returns is the Patcher's own: it changes with the next
-// Apply. A Patcher is not safe for concurrent use.
+// The object it starts from and the operations' values are never modified
+// (the values are read as they are when Apply starts). The object Object
+// returns is the Patcher's own: it changes with the next Apply. A Patcher is
+// not safe for concurrent use.
 type Patcher struct {
 	a applier
+	// held says a Savepoint is held: the journal is kept across patches.
+	held bool
 }
 
 // NewPatcher returns a Patcher starting from obj.
 func NewPatcher(obj map[string]any, o Options) *Patcher {
-	p := &Patcher{a: applier{limit: o.MaxCopyBytes}}
-	p.SetObject(obj)
+	p := &Patcher{}
+	p.Reset(obj, o)
 	return p
+}
+
+// Reset makes p a Patcher starting from obj, as NewPatcher does, reusing
+// its memory.
+func (p *Patcher) Reset(obj map[string]any, o Options) {
+	p.a.limit = o.MaxCopyBytes
+	p.a.count = true
+	p.SetObject(obj)
 }
 
 // Object returns the object as the patches applied so far left it.
@@ -103,15 +116,24 @@ func (p *Patcher) Object() map[string]any {
 
 // SetObject makes obj the object the next patches apply to (the result of
 // a mutation made otherwise, say). obj is never modified; the Patcher owns
-// none of its containers.
+// none of its containers. Savepoints taken before are no longer valid.
 func (p *Patcher) SetObject(obj map[string]any) {
-	p.a.owned = ownedSet{}
+	p.a.owned.reset()
 	p.a.gen = 0
+	p.a.journal = p.a.journal[:0]
+	p.held = false
 	if obj == nil {
 		p.a.root = rawNull{}
 	} else {
 		p.a.root = obj
 	}
+}
+
+// Owns says whether c is a map or slice of the object that the Patcher
+// made, which later patches change in place; the object's other containers
+// never change.
+func (p *Patcher) Owns(c any) bool {
+	return p.a.owned.has(identity(c))
 }
 
 // Apply applies one patch. It reports whether the patch changed the object:
@@ -124,14 +146,50 @@ func (p *Patcher) Apply(ops []Op) (bool, error) {
 	}
 	a := &p.a
 	a.gen++
-	a.journal = a.journal[:0]
-	a.shared = a.owned.n > 0
+	if !p.held {
+		a.journal = a.journal[:0]
+	}
+	start, changes, destructive := len(a.journal), a.changes, a.destructive
+	if a.owned.n > 0 {
+		// The values are read as they are now: one that holds a container
+		// of the object is copied before the patch changes it in place.
+		ops = a.detachValues(ops)
+	}
 	root := a.root
 	err := a.run(ops)
 	if err == nil {
 		return true, nil
 	}
-	for i := len(a.journal) - 1; i >= 0; i-- {
+	a.undo(start)
+	a.root = root
+	a.changes, a.destructive = changes, destructive
+	if err == errTestFailed {
+		return false, nil
+	}
+	return false, err
+}
+
+// detachValues returns ops, or a copy of them whose values hold none of
+// the containers the Patcher made.
+func (a *applier) detachValues(ops []Op) []Op {
+	var out []Op
+	for i := range ops {
+		if d, changed := a.detached(ops[i].Value); changed {
+			if out == nil {
+				out = append([]Op(nil), ops...)
+			}
+			out[i].Value = d
+		}
+	}
+	if out == nil {
+		return ops
+	}
+	return out
+}
+
+// undo undoes the changes journaled from start on, last first.
+func (a *applier) undo(start int) {
+	for i := len(a.journal) - 1; i >= start; i-- {
 		u := &a.journal[i]
 		switch {
 		case u.m != nil && u.existed:
@@ -142,12 +200,153 @@ func (p *Patcher) Apply(ops []Op) (bool, error) {
 			u.s[u.i] = u.old
 		}
 	}
-	a.journal = a.journal[:0]
-	a.root = root
-	if err == errTestFailed {
-		return false, nil
+	clear(a.journal[start:])
+	a.journal = a.journal[:start]
+}
+
+// A Savepoint is the object of a Patcher at one time, to roll back to or
+// compare with while it is held (until Release).
+type Savepoint struct {
+	root                 any
+	journal              int
+	gen                  uint32
+	changes, destructive int
+}
+
+// Savepoint returns the object as it is now, and holds it: the Patcher
+// keeps what it needs to roll back to it until Release.
+func (p *Patcher) Savepoint() Savepoint {
+	p.held = true
+	return Savepoint{root: p.a.root, journal: len(p.a.journal), gen: p.a.gen, changes: p.a.changes, destructive: p.a.destructive}
+}
+
+// Rollback undoes the patches applied since sp: the object is as it was
+// then (its containers hold what they held then).
+func (p *Patcher) Rollback(sp Savepoint) {
+	p.a.undo(sp.journal)
+	p.a.root = sp.root
+	p.a.changes, p.a.destructive = sp.changes, sp.destructive
+}
+
+// Touched says whether a patch changed the object since sp (perhaps back
+// to what it was: see Changed); when not, Rollback to sp has nothing to do.
+func (p *Patcher) Touched(sp Savepoint) bool {
+	return len(p.a.journal) > sp.journal || !sameNode(sp.root, p.a.root)
+}
+
+// Release lets go of the Savepoints held: none may be used afterwards.
+func (p *Patcher) Release() {
+	clear(p.a.journal)
+	p.a.journal = p.a.journal[:0]
+	p.held = false
+}
+
+// Changed says whether the object differs from what it was at sp, as Equal
+// compares them.
+func (p *Patcher) Changed(sp Savepoint) bool {
+	a := &p.a
+	switch n := a.changes - sp.changes; {
+	case n == 0:
+		// Every write since put a value equal to the one it replaced.
+		return false
+	case n == 1 || a.destructive == sp.destructive:
+		// One write changed the object (and no other changed it back), or
+		// the changes only added: keys where there were none, elements.
+		return true
 	}
-	return false, err
+	return !a.eqBefore(sp.gen, a.journal[sp.journal:], sp.root, a.root)
+}
+
+// sameNode says whether a and b are the same container.
+func sameNode(a, b any) bool {
+	ia, ib := identity(a), identity(b)
+	return ia != nil && ia == ib
+}
+
+// eqBefore compares b as it was at the savepoint of generation gen, the
+// changes since being journaled in j, with x as it is now. The containers
+// that existed then, that the Patcher had made and that a patch touched
+// since (changed, or a container in them) may have changed in place: their
+// entries then are the first journaled for them, or their entries now;
+// every other container is as it was.
+func (a *applier) eqBefore(gen uint32, j []undo, b, x any) bool {
+	if o, ok := a.owned.info(identity(b)); !ok || o.gen > gen || o.touched <= gen {
+		// b has not changed since (nor any container in it).
+		return Equal(b, x)
+	}
+	switch bt := b.(type) {
+	case map[string]any:
+		xt, ok := x.(map[string]any)
+		if !ok || xt == nil {
+			return false
+		}
+		n := 0
+		for k, v := range bt {
+			if u := firstKey(j, bt, k); u != nil {
+				if !u.existed {
+					continue
+				}
+				v = u.old
+			}
+			n++
+			xv, ok := xt[k]
+			if !ok || !a.eqBefore(gen, j, v, xv) {
+				return false
+			}
+		}
+		for i := range j {
+			u := &j[i]
+			if u.m == nil || !sameMap(u.m, bt) || !u.existed {
+				continue
+			}
+			if _, now := bt[u.k]; now || firstKey(j, bt, u.k) != u {
+				continue
+			}
+			// Removed since.
+			n++
+			xv, ok := xt[u.k]
+			if !ok || !a.eqBefore(gen, j, u.old, xv) {
+				return false
+			}
+		}
+		return n == len(xt)
+	case []any:
+		xt, ok := x.([]any)
+		if !ok || xt == nil || len(xt) != len(bt) {
+			return false
+		}
+		for i, v := range bt {
+			if u := firstIndex(j, bt, i); u != nil {
+				v = u.old
+			}
+			if !a.eqBefore(gen, j, v, xt[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return Equal(b, x)
+}
+
+// firstKey returns the first change of m's key k journaled in j, or nil.
+func firstKey(j []undo, m map[string]any, k string) *undo {
+	for i := range j {
+		if u := &j[i]; u.m != nil && u.k == k && sameMap(u.m, m) {
+			return u
+		}
+	}
+	return nil
+}
+
+// firstIndex returns the first change of s's element i journaled in j, or
+// nil.
+func firstIndex(j []undo, s []any, i int) *undo {
+	for n := range j {
+		if u := &j[n]; u.m == nil && u.i == i && identity(u.s) == identity(s) {
+			return u
+		}
+	}
+	return nil
 }
 
 // run applies ops to a.root: nil with the patched object at a.root, or
@@ -230,10 +429,14 @@ type applier struct {
 	gen     uint32 // the patch being applied
 	journal []undo
 	nulls   bool // a rawNull was stored by this patch
-	shared  bool // containers made by earlier patches may be reached from values
-	limit   int64
-	copied  int64
-	buf     []byte
+	// changes counts the writes that changed a value, of the patches
+	// applied (but not undone); destructive those that were not additions
+	// (a key added where there was none, an element inserted).
+	changes, destructive int
+	count                bool // count the changes (a Patcher's)
+	limit                int64
+	copied               int64
+	buf                  []byte
 }
 
 // undo restores a map's key (or deletes it) or a slice's element.
@@ -247,16 +450,21 @@ type undo struct {
 }
 
 // ownedSet holds the identities of the containers the applier made, with
-// the patch that made each: a few inline, the rest in a map.
+// the patch that made each and the last that changed it or a container in
+// it: a few inline, the rest in a map.
 type ownedSet struct {
 	n     int
 	small [16]ownedEntry
-	big   map[unsafe.Pointer]uint32
+	big   map[unsafe.Pointer]ownedInfo
 }
 
 type ownedEntry struct {
-	p   unsafe.Pointer
-	gen uint32
+	p unsafe.Pointer
+	ownedInfo
+}
+
+type ownedInfo struct {
+	gen, touched uint32
 }
 
 func identity(v any) unsafe.Pointer {
@@ -272,18 +480,50 @@ func identity(v any) unsafe.Pointer {
 	return nil
 }
 
-// gen returns the patch that made the container p, if the applier made it.
-func (s *ownedSet) gen(p unsafe.Pointer) (uint32, bool) {
+// info returns what is known of the container p, if the applier made it.
+func (s *ownedSet) info(p unsafe.Pointer) (ownedInfo, bool) {
 	if p == nil {
-		return 0, false
+		return ownedInfo{}, false
 	}
-	for _, o := range s.small[:s.n] {
-		if o.p == p {
-			return o.gen, true
+	for i := range s.small[:s.n] {
+		if s.small[i].p == p {
+			return s.small[i].ownedInfo, true
 		}
 	}
-	g, ok := s.big[p]
-	return g, ok
+	o, ok := s.big[p]
+	return o, ok
+}
+
+// gen returns the patch that made the container p, if the applier made it.
+func (s *ownedSet) gen(p unsafe.Pointer) (uint32, bool) {
+	o, ok := s.info(p)
+	return o.gen, ok
+}
+
+// touch records that the patch gen changes the container p or one in it,
+// if the applier made p; it reports whether it did.
+func (s *ownedSet) touch(p unsafe.Pointer, gen uint32) bool {
+	if p == nil {
+		return false
+	}
+	for i := range s.small[:s.n] {
+		if s.small[i].p == p {
+			s.small[i].touched = gen
+			return true
+		}
+	}
+	o, ok := s.big[p]
+	if ok && o.touched != gen {
+		o.touched = gen
+		s.big[p] = o
+	}
+	return ok
+}
+
+func (s *ownedSet) reset() {
+	clear(s.small[:s.n])
+	s.n = 0
+	s.big = nil
 }
 
 func (s *ownedSet) has(p unsafe.Pointer) bool {
@@ -295,15 +535,16 @@ func (s *ownedSet) add(p unsafe.Pointer, gen uint32) {
 	if p == nil {
 		return
 	}
+	o := ownedInfo{gen: gen, touched: gen}
 	if s.n < len(s.small) {
-		s.small[s.n] = ownedEntry{p, gen}
+		s.small[s.n] = ownedEntry{p, o}
 		s.n++
 		return
 	}
 	if s.big == nil {
-		s.big = make(map[unsafe.Pointer]uint32)
+		s.big = make(map[unsafe.Pointer]ownedInfo)
 	}
-	s.big[p] = gen
+	s.big[p] = o
 }
 
 // made registers a container the applier just made.
@@ -319,6 +560,29 @@ func (a *applier) old(c any) bool {
 	}
 	g, _ := a.owned.gen(identity(c))
 	return g < a.gen
+}
+
+// put sets m[k] = v in an owned map, counting the change.
+func (a *applier) put(m map[string]any, k string, v any) {
+	if !a.count {
+		a.setKey(m, k, v)
+		return
+	}
+	old, existed := m[k]
+	a.setKey(m, k, v)
+	if !existed {
+		a.changes++ // an addition
+	} else {
+		a.replaced(old, v)
+	}
+}
+
+// replaced counts the change of a value from old to v, if it is one.
+func (a *applier) replaced(old, v any) {
+	if a.count && !Equal(old, v) {
+		a.changes++
+		a.destructive++
+	}
 }
 
 // setKey sets m[k] = v in an owned map.
@@ -368,11 +632,11 @@ func (a *applier) store(sl slot, v any) {
 }
 
 // own returns the container c held at sl, copied into sl first when the
-// applier does not own it.
+// applier does not own it, to be changed (itself or a container in it).
 func (a *applier) own(c any, sl slot) any {
 	switch t := c.(type) {
 	case map[string]any:
-		if a.owned.has(identity(t)) {
+		if a.owned.touch(identity(t), a.gen) {
 			return t
 		}
 		m := maps.Clone(t)
@@ -380,7 +644,7 @@ func (a *applier) own(c any, sl slot) any {
 		a.store(sl, m)
 		return m
 	case []any:
-		if a.owned.has(identity(t)) {
+		if a.owned.touch(identity(t), a.gen) {
 			return t
 		}
 		s := make([]any, len(t))
@@ -403,24 +667,15 @@ func (a *applier) value(op *Op) any {
 		if _, ok := op.Value.(NoValue); ok {
 			return nil
 		}
-		return op.Value
 	}
-	return a.detach(op.Value)
+	return op.Value
 }
 
-// detach returns v, or a copy of v where it reaches a container made by an
-// earlier patch of a Patcher: a value computed from the Patcher's object may
-// hold its containers, which must not be reachable twice. The containers of
-// the document that the applier did not make never hold one it made, as
-// values are detached.
-func (a *applier) detach(v any) any {
-	if !a.shared {
-		return v
-	}
-	d, _ := a.detached(v)
-	return d
-}
-
+// detached returns v, or a copy of v where it reaches a container made by
+// a Patcher (reporting whether it copied): a value computed from the
+// Patcher's object may hold its containers, which must not be reachable
+// twice. The containers of the document that the applier did not make
+// never hold one it made, as values are detached.
 func (a *applier) detached(v any) (any, bool) {
 	switch t := v.(type) {
 	case map[string]any:
@@ -625,7 +880,7 @@ func (a *applier) findMut(p string) (c any, sl slot, key string, ok bool) {
 func (a *applier) add(c any, sl slot, key string, v any) error {
 	switch t := c.(type) {
 	case map[string]any:
-		a.setKey(a.own(t, sl).(map[string]any), key, v)
+		a.put(a.own(t, sl).(map[string]any), key, v)
 		return nil
 	case []any:
 		idx := len(t)
@@ -651,6 +906,7 @@ func (a *applier) add(c any, sl slot, key string, v any) error {
 		copy(s[idx+1:], t[idx:])
 		a.made(s)
 		a.store(sl, s)
+		a.changes++
 		return nil
 	}
 	return nil // rawNull: the callers fail first
@@ -664,6 +920,8 @@ func (a *applier) remove(c any, sl slot, key string) error {
 			return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key) //nolint:staticcheck // ST1005: evanphx/json-patch's message, word for word
 		}
 		a.delKey(a.own(t, sl).(map[string]any), key)
+		a.changes++
+		a.destructive++
 		return nil
 	case []any:
 		idx, err := strconv.Atoi(key)
@@ -684,6 +942,8 @@ func (a *applier) remove(c any, sl slot, key string) error {
 		copy(s[idx:], t[idx+1:])
 		a.made(s)
 		a.store(sl, s)
+		a.changes++
+		a.destructive++
 		return nil
 	}
 	return fmt.Errorf("Unable to remove nonexistent key: %s: missing value", key) //nolint:staticcheck // ST1005: evanphx/json-patch's message, word for word (rawNull)
@@ -753,9 +1013,10 @@ func (a *applier) replaceOp(op *Op) error {
 		return errors.New("JSON Patch: replace operation failed to decode path: " + e)
 	}
 	if op.Path == "" {
+		old := a.root
 		switch kindOf(op.Value) {
 		case kMap, kArray:
-			a.root = a.detach(op.Value)
+			a.root = op.Value
 		case kNull:
 			a.root = rawNull{}
 		default:
@@ -764,6 +1025,7 @@ func (a *applier) replaceOp(op *Op) error {
 			}
 			return errors.New("JSON Patch: replace operation value must be object or array: %!w(<nil>)")
 		}
+		a.replaced(old, a.root)
 		return nil
 	}
 	c, sl, key, ok := a.findMut(op.Path)
@@ -772,13 +1034,17 @@ func (a *applier) replaceOp(op *Op) error {
 	}
 	switch t := c.(type) {
 	case map[string]any:
-		a.setKey(a.own(t, sl).(map[string]any), key, a.value(op))
+		a.put(a.own(t, sl).(map[string]any), key, a.value(op))
 	case []any:
 		i, err := index(key, len(t))
 		if err != nil {
 			return fmt.Errorf("JSON Patch: replace operation does not apply: doc is missing key: %s: missing value", op.Path)
 		}
-		a.setIndex(a.own(t, sl).([]any), i, a.value(op))
+		s := a.own(t, sl).([]any)
+		old := s[i]
+		v := a.value(op)
+		a.setIndex(s, i, v)
+		a.replaced(old, v)
 	default:
 		return nullWrite("replace", op.Path)
 	}

@@ -174,6 +174,29 @@ func TestPatcher(t *testing.T) {
 		t.Fatalf("outcome %s", got)
 	}
 	c.step([]Op{{Op: "add", Path: "/fresh/again", Value: int64(4)}})
+	// A value is read as it was before the patch, though an operation
+	// before it changes the container it holds in place.
+	c.step([]Op{{Op: "add", Path: "/fresh/late", Value: true}, {Op: "add", Path: "/snapshot", Value: c.p.Object()["fresh"]}})
+	if show(c.p.Object()["snapshot"]) != `{"again":4,"k":"v","x":1,"y":2}` {
+		t.Errorf("snapshot %s", show(c.p.Object()["snapshot"]))
+	}
+	c.step([]Op{{Op: "remove", Path: "/snapshot"}, {Op: "remove", Path: "/fresh/late"}})
+
+	// Savepoints: changes since, rolled back or compared.
+	sp := c.savepoint()
+	c.step([]Op{{Op: "add", Path: "/fresh/k", Value: "w"}, {Op: "add", Path: "/fresh/n", Value: []any{int64(1)}}})
+	c.step([]Op{{Op: "add", Path: "/fresh/n/0", Value: int64(0)}, {Op: "remove", Path: "/fresh/x"}})
+	if !c.changed(sp) {
+		t.Error("no change seen")
+	}
+	c.rollback(sp)
+	sp = c.savepoint()
+	c.step([]Op{{Op: "add", Path: "/fresh/k", Value: "w"}, {Op: "remove", Path: "/fresh/x"}})
+	c.step([]Op{{Op: "add", Path: "/fresh/k", Value: "v"}, {Op: "add", Path: "/fresh/x", Value: 1.0}})
+	if c.changed(sp) {
+		t.Error("changed, though every change was undone")
+	}
+	c.p.Release()
 	c.finish()
 	if show(c.p.Object()) != `{"fresh":{"again":4,"k":"v","x":1,"y":2}}` {
 		t.Errorf("final object %s", show(c.p.Object()))
@@ -211,7 +234,7 @@ func TestGeneratedPatcher(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes of the patches of %d generated chains: %v", n, counts)
-	for _, o := range []string{"applied", "error", "test failed", "panic", "not an object"} {
+	for _, o := range []string{"applied", "error", "test failed", "panic", "not an object", "rolled back", "changed since the savepoint", "unchanged since the savepoint"} {
 		if counts[o] == 0 {
 			t.Errorf("no generated patch had the outcome %q: %v", o, counts)
 		}
@@ -227,13 +250,69 @@ func runPatcher(t testing.TB, objects []map[string]any, data []byte) map[string]
 	}
 	c := newPatcherCheck(t, obj, limit)
 	counts := map[string]int{}
+	var sp *savepointCheck
 	for range 2 + g.intn(5) {
+		switch {
+		case sp == nil && g.intn(3) == 0:
+			sp = c.savepoint()
+		case sp != nil && g.intn(3) == 0:
+			// Back to the savepoint, or keep the patches since.
+			if g.intn(2) == 0 {
+				c.rollback(sp)
+				counts["rolled back"]++
+			} else {
+				c.p.Release()
+			}
+			sp = nil
+		}
 		// Paths and values in the Patcher's object: values share its
 		// containers.
 		counts[c.step(g.ops(c.p.Object()))]++
+		if sp != nil {
+			if c.changed(sp) {
+				counts["changed since the savepoint"]++
+			} else {
+				counts["unchanged since the savepoint"]++
+			}
+		}
+	}
+	if sp != nil && g.intn(2) == 0 {
+		c.rollback(sp)
 	}
 	c.finish()
 	return counts
+}
+
+// savepointCheck is a Savepoint with the object as it was then.
+type savepointCheck struct {
+	sp    Savepoint
+	obj   any // a deep copy
+	state []byte
+}
+
+func (c *patcherCheck) savepoint() *savepointCheck {
+	return &savepointCheck{sp: c.p.Savepoint(), obj: deepCopy(c.p.Object()), state: c.state}
+}
+
+// rollback rolls back to sp and checks the object is as it was then.
+func (c *patcherCheck) rollback(sp *savepointCheck) {
+	c.t.Helper()
+	c.p.Rollback(sp.sp)
+	c.p.Release()
+	if !reflect.DeepEqual(any(c.p.Object()), sp.obj) {
+		c.t.Fatalf("after Rollback: %s, was %s", show(c.p.Object()), show(sp.obj))
+	}
+	c.state = sp.state
+}
+
+// changed checks Changed against Equal on a copy of the object at sp.
+func (c *patcherCheck) changed(sp *savepointCheck) bool {
+	c.t.Helper()
+	got := c.p.Changed(sp.sp)
+	if want := !Equal(sp.obj, c.p.Object()); got != want {
+		c.t.Fatalf("Changed = %v, want %v: was %s, now %s", got, want, show(sp.obj), show(c.p.Object()))
+	}
+	return got
 }
 
 // FuzzPatcher checks chains of generated patches through a Patcher against

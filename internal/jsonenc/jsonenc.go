@@ -4,10 +4,12 @@
 package jsonenc
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -74,6 +76,87 @@ func AppendValue(dst []byte, v any) ([]byte, error) {
 		return nil, err
 	}
 	return append(dst, b...), nil
+}
+
+// AppendIndent appends v as json.Indent(dst, Marshal(v), prefix, indent)
+// writes it (json.MarshalIndent without the prefix on the first line), for
+// JSON-shaped data without reflection as AppendValue.
+func AppendIndent(dst []byte, v any, prefix, indent string) ([]byte, error) {
+	w := indenter{prefix: prefix, indent: indent}
+	var lines [64]byte
+	w.lines = append(append(lines[:0], '\n'), prefix...)
+	return w.append(dst, v, 0)
+}
+
+// indenter writes indented JSON; lines is a line break, the prefix and as
+// many indents as the deepest line written so far.
+type indenter struct {
+	prefix, indent string
+	lines          []byte
+}
+
+// newline appends a line break and the indentation of depth.
+func (w *indenter) newline(dst []byte, depth int) []byte {
+	n := 1 + len(w.prefix) + depth*len(w.indent)
+	for len(w.lines) < n {
+		w.lines = append(w.lines, w.indent...)
+	}
+	return append(dst, w.lines[:n]...)
+}
+
+func (w *indenter) append(dst []byte, v any, depth int) ([]byte, error) {
+	var err error
+	switch t := v.(type) {
+	case map[string]any:
+		if len(t) == 0 {
+			return AppendValue(dst, v) // {} or null
+		}
+		var buf [16]string
+		keys := buf[:0]
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		dst = append(dst, '{')
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = w.newline(dst, depth+1)
+			dst = AppendString(dst, k, true)
+			dst = append(dst, ':', ' ')
+			if dst, err = w.append(dst, t[k], depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(w.newline(dst, depth), '}'), nil
+	case []any:
+		if len(t) == 0 {
+			return AppendValue(dst, v) // [] or null
+		}
+		dst = append(dst, '[')
+		for i, e := range t {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = w.newline(dst, depth+1)
+			if dst, err = w.append(dst, e, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(w.newline(dst, depth), ']'), nil
+	case nil, bool, string, int64, float64:
+		return AppendValue(dst, v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, w.prefix+strings.Repeat(w.indent, depth), w.indent); err != nil {
+		return nil, err
+	}
+	return append(dst, buf.Bytes()...), nil
 }
 
 // AppendFloat appends f in encoding/json's float64 format (ES6 number to

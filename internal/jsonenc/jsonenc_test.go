@@ -74,6 +74,22 @@ func TestAppendValueMatchesMarshal(t *testing.T) {
 		if err == nil && !bytes.Equal(got, want) {
 			t.Fatalf("value %d:\n got %s\nwant %s", i, got, want)
 		}
+		// Indented, as json.Indent indents json.Marshal's.
+		prefix, indent := []string{"", "  ", "\t>"}[i%3], []string{"  ", "\t", ""}[i/3%3]
+		gotIndent, err := AppendIndent([]byte("x"), v, prefix, indent)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("value %d: AppendIndent error %v, encoding/json %v", i, err, werr)
+		}
+		if err == nil {
+			wantIndent := bytes.Buffer{}
+			wantIndent.WriteString("x")
+			if err := json.Indent(&wantIndent, want, prefix, indent); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(gotIndent, wantIndent.Bytes()) {
+				t.Fatalf("value %d, prefix %q, indent %q:\n got %s\nwant %s", i, prefix, indent, gotIndent, wantIndent.Bytes())
+			}
+		}
 	}
 	if _, err := AppendValue(nil, map[string]any{"x": math.NaN()}); err == nil {
 		t.Fatal("NaN encoded")
@@ -93,5 +109,35 @@ func TestAppendStringWithoutHTMLEscaping(t *testing.T) {
 		if got := AppendString(nil, s, false); string(got) != strings.TrimSuffix(want.String(), "\n") {
 			t.Errorf("%q: got %s, want %s", s, got, want.String())
 		}
+	}
+}
+
+// benchObject is a Pod as a MutatingPolicy leaves it.
+func benchObject(b *testing.B) any {
+	var v any
+	if err := json.Unmarshal([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"shop","labels":{"app":"web","team":"unassigned","app.kubernetes.io/managed-by":"arbiter"},"annotations":{"cluster-autoscaler.kubernetes.io/safe-to-evict":"true","cost-center":"shared"}},"spec":{"terminationGracePeriodSeconds":30,"securityContext":{"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}},"containers":[{"name":"web","image":"registry.example.com/web:1.2.3","imagePullPolicy":"IfNotPresent","ports":[{"containerPort":8080,"protocol":"TCP"}],"securityContext":{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}},"resources":{"requests":{"cpu":"100m","memory":"128Mi"}}}],"volumes":[{"name":"tmp","emptyDir":{}}]}}`), &v); err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+func BenchmarkAppendIndent(b *testing.B) {
+	v := benchObject(b)
+	b.ReportAllocs()
+	var buf []byte
+	for b.Loop() {
+		buf, _ = AppendIndent(buf[:0], v, "  ", "  ")
+	}
+}
+
+func BenchmarkAppendValueThenIndent(b *testing.B) {
+	v := benchObject(b)
+	b.ReportAllocs()
+	var buf []byte
+	var out bytes.Buffer
+	for b.Loop() {
+		buf, _ = AppendValue(buf[:0], v)
+		out.Reset()
+		_ = json.Indent(&out, buf, "  ", "  ")
 	}
 }

@@ -28,8 +28,8 @@ func list(t *testing.T, template string, patterns ...string) []string {
 
 // TestEngineIsPure: no engine package imports gRPC, bbolt or net/http, and
 // nothing the engine links reaches gRPC, bbolt or the server, store and
-// client packages, or the imagedata and callout packages that make the calls
-// out of the context libraries. (The Kubernetes libraries the engine is built on —
+// client packages, or the imagedata, imageverify and callout packages that
+// make the calls out of the context libraries and the image verification. (The Kubernetes libraries the engine is built on —
 // k8s.io/apimachinery's meta/v1 and k8s.io/apiserver's CEL library — link
 // net/http themselves; Arbiter's engine code does not use it.)
 func TestEngineIsPure(t *testing.T) {
@@ -47,7 +47,7 @@ func TestEngineIsPure(t *testing.T) {
 	deps := list(t, `{{join .Deps "\n"}}`, "./engine/...")
 	var ours []string
 	for _, dep := range deps {
-		for _, b := range []string{"google.golang.org/grpc", "go.etcd.io/bbolt", module + "/server", module + "/store", module + "/client", module + "/imagedata", module + "/callout"} {
+		for _, b := range []string{"google.golang.org/grpc", "go.etcd.io/bbolt", module + "/server", module + "/store", module + "/client", module + "/imagedata", module + "/imageverify", module + "/callout"} {
 			if dep == b || strings.HasPrefix(dep, b+"/") {
 				t.Errorf("the engine links %s", dep)
 			}

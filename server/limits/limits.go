@@ -13,10 +13,12 @@ import (
 	"sync"
 	"time"
 
+	vtstructpb "github.com/planetscale/vtprotobuf/types/known/structpb"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server/authz"
@@ -99,7 +101,7 @@ func (c *Config) ObjectSizes(in *arbiterv1.DecideRequest) error {
 	for _, f := range []struct {
 		name string
 		raw  []byte
-		st   proto.Message
+		st   *structpb.Struct
 		set  bool
 	}{
 		{"object_json", in.GetObjectJson(), nil, len(in.GetObjectJson()) > 0},
@@ -112,13 +114,57 @@ func (c *Config) ObjectSizes(in *arbiterv1.DecideRequest) error {
 		}
 		n := len(f.raw)
 		if f.st != nil {
-			n = proto.Size(f.st)
+			n = StructSize(f.st)
 		}
 		if n > c.MaxObjectBytes {
 			return ObjectTooLarge(f.name, n, c.MaxObjectBytes)
 		}
 	}
 	return nil
+}
+
+// StructSize is proto.Size(s): vtprotobuf's SizeVT, without reflection, for
+// a Struct with no unknown field and no nil Value (all the server decodes
+// with vtprotobuf, which refuses unknown fields), proto.Size for others
+// (SizeVT counts neither). FuzzStructSize checks it.
+func StructSize(s *structpb.Struct) int {
+	if !plainStruct(s) {
+		return proto.Size(s)
+	}
+	return (*vtstructpb.Struct)(s).SizeVT()
+}
+
+func plainStruct(s *structpb.Struct) bool {
+	if s == nil || len(s.ProtoReflect().GetUnknown()) > 0 {
+		return false
+	}
+	for _, v := range s.Fields {
+		if !plainValue(v) {
+			return false
+		}
+	}
+	return true
+}
+
+func plainValue(v *structpb.Value) bool {
+	if v == nil || len(v.ProtoReflect().GetUnknown()) > 0 {
+		return false
+	}
+	switch k := v.Kind.(type) {
+	case *structpb.Value_StructValue:
+		return plainStruct(k.StructValue)
+	case *structpb.Value_ListValue:
+		l := k.ListValue
+		if l == nil || len(l.ProtoReflect().GetUnknown()) > 0 {
+			return false
+		}
+		for _, e := range l.Values {
+			if !plainValue(e) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // WriteBatch checks a write batch's size and the size of its objects.

@@ -13,6 +13,15 @@
 //	arbiter_exception_grants_total{exception,result}      granted, refused, expired
 //	arbiter_decision_log_dropped_total                    decision log lines dropped (queue full)
 //
+// and, with an image verifier (ImageValidatingPolicies):
+//
+//	arbiter_image_verification_cache_total{result}        verifications and image reads answered from memory (hit) or not (miss)
+//	arbiter_image_verifications_total{outcome}            verifications made: verified, not_verified, error
+//	arbiter_image_registry_requests_total                 HTTP requests to registries
+//	arbiter_image_registry_errors_total                   of which transport failures and 5xx answers
+//	arbiter_image_registry_request_duration_seconds       their latency (a summary: _sum and _count)
+//	arbiter_image_registry_max_in_flight                  most registry requests ever in flight at once
+//
 // Handler serves them (and, when asked, pprof) on a separate HTTP port.
 package metrics
 
@@ -196,4 +205,59 @@ func (m *Metrics) Handler(withPprof bool, ready func() bool) http.Handler {
 		_, _ = w.Write([]byte("arbiter: /metrics /healthz /readyz\n"))
 	})
 	return mux
+}
+
+// ImageVerification are an image verifier's counters since it started
+// (imageverify.Stats).
+type ImageVerification struct {
+	CacheHits, CacheMisses int64
+	// Verifications counts the verifications made; Failures those that
+	// did not verify, Errors those that could not answer.
+	Verifications, Failures, Errors  int64
+	RegistryRequests, RegistryErrors int64
+	// RegistryLatency is the total duration of the registry requests.
+	RegistryLatency time.Duration
+	MaxInFlight     int64
+}
+
+var (
+	ivCacheDesc = prometheus.NewDesc("arbiter_image_verification_cache_total",
+		"Image verifications and image reads of ImageValidatingPolicies answered from the verifier's memory (result=hit) or not (miss).", []string{"result"}, nil)
+	ivOutcomeDesc = prometheus.NewDesc("arbiter_image_verifications_total",
+		"Image signature and attestation verifications made (cache misses), by outcome: verified, not_verified, error (could not answer: registry down, timeout).", []string{"outcome"}, nil)
+	ivRequestsDesc = prometheus.NewDesc("arbiter_image_registry_requests_total", "HTTP requests of the image verifier to registries.", nil, nil)
+	ivErrorsDesc   = prometheus.NewDesc("arbiter_image_registry_errors_total", "Registry requests of the image verifier that failed (transport errors, 5xx answers).", nil, nil)
+	ivLatencyDesc  = prometheus.NewDesc("arbiter_image_registry_request_duration_seconds", "Latency of the image verifier's registry requests (to the end of the response body).", nil, nil)
+	ivInFlightDesc = prometheus.NewDesc("arbiter_image_registry_max_in_flight", "Most registry requests of the image verifier ever in flight at once (bounded by maxConcurrent).", nil, nil)
+)
+
+// RegisterImageVerification registers the arbiter_image_* metrics, read
+// from fn at each scrape.
+func (m *Metrics) RegisterImageVerification(fn func() ImageVerification) {
+	m.Registry.MustRegister(&imageCollector{fn: fn})
+}
+
+type imageCollector struct{ fn func() ImageVerification }
+
+func (c *imageCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- ivCacheDesc
+	ch <- ivOutcomeDesc
+	ch <- ivRequestsDesc
+	ch <- ivErrorsDesc
+	ch <- ivLatencyDesc
+	ch <- ivInFlightDesc
+}
+
+func (c *imageCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.fn()
+	ch <- prometheus.MustNewConstMetric(ivCacheDesc, prometheus.CounterValue, float64(s.CacheHits), "hit")
+	ch <- prometheus.MustNewConstMetric(ivCacheDesc, prometheus.CounterValue, float64(s.CacheMisses), "miss")
+	verified := max(s.Verifications-s.Failures-s.Errors, 0)
+	ch <- prometheus.MustNewConstMetric(ivOutcomeDesc, prometheus.CounterValue, float64(verified), "verified")
+	ch <- prometheus.MustNewConstMetric(ivOutcomeDesc, prometheus.CounterValue, float64(s.Failures), "not_verified")
+	ch <- prometheus.MustNewConstMetric(ivOutcomeDesc, prometheus.CounterValue, float64(s.Errors), "error")
+	ch <- prometheus.MustNewConstMetric(ivRequestsDesc, prometheus.CounterValue, float64(s.RegistryRequests))
+	ch <- prometheus.MustNewConstMetric(ivErrorsDesc, prometheus.CounterValue, float64(s.RegistryErrors))
+	ch <- prometheus.MustNewConstSummary(ivLatencyDesc, uint64(max(s.RegistryRequests, 0)), s.RegistryLatency.Seconds(), nil)
+	ch <- prometheus.MustNewConstMetric(ivInFlightDesc, prometheus.GaugeValue, float64(s.MaxInFlight))
 }

@@ -9,6 +9,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func sampleResponse(n int) *DecideResponse {
@@ -160,5 +161,73 @@ func TestDirtyPoolBuffersOverwritten(t *testing.T) {
 		}
 		raw.Free()
 		data.Free()
+	}
+}
+
+func decideRequestSeeds() []*DecideRequest {
+	pod, _ := structpb.NewStruct(map[string]any{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": "p", "namespace": "ns", "labels": map[string]any{"app": "ü"}},
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": "c", "image": "nginx", "ports": []any{80.0, 1.5, nil, true}}}}})
+	return []*DecideRequest{
+		{},
+		{Object: pod, Operation: Operation_OPERATION_UPDATE, OldObject: pod, Namespace: "ns", Name: "p", DryRun: true},
+		{ObjectJson: []byte(`{"apiVersion":"v1","kind":"Pod"}`), Kind: &GroupVersionKind{Version: "v1", Kind: "Pod"},
+			UserInfo: &UserInfo{Username: "u", Groups: []string{"g1", "g2"}, Extra: map[string]*StringList{"k": {Values: []string{"v"}}}}},
+		{Object: pod, NamespaceObject: pod, Options: pod, MinRevision: 7, Stages: Stages_STAGES_VALIDATE_ONLY},
+	}
+}
+
+// FuzzServerDecideRequest checks the server's decoding of a DecideRequest
+// (vtprotobuf, then the UTF-8 check) against the standard codec: the same
+// inputs refused, the same message decoded (unknown fields included), on
+// random encodings.
+func FuzzServerDecideRequest(f *testing.F) {
+	for _, r := range decideRequestSeeds() {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		// The same with a string that is not UTF-8, inside the Struct.
+		if i := bytes.Index(b, []byte("ü")); i >= 0 {
+			bad := bytes.Clone(b)
+			bad[i] = 0xff
+			f.Add(bad)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := &DecideRequest{}
+		wantErr := proto.Unmarshal(b, want)
+		got := &DecideRequest{}
+		gotErr := ServerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got)
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("server codec error %v, standard codec error %v", gotErr, wantErr)
+		}
+		if wantErr != nil {
+			return
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("decoded messages differ:\n got %v\nwant %v", got, want)
+		}
+	})
+}
+
+// TestServerDecideRequestLarge: a request larger than maxVTRequestBytes
+// goes through the standard codec, which refuses nesting beyond its
+// recursion limit.
+func TestServerDecideRequestLarge(t *testing.T) {
+	s := &structpb.Struct{}
+	for range 12000 {
+		s = &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewStructValue(s)}}
+	}
+	b, err := proto.MarshalOptions{}.Marshal(&DecideRequest{Object: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) <= maxVTRequestBytes {
+		t.Fatalf("only %d bytes", len(b))
+	}
+	if err := ServerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &DecideRequest{}); err == nil {
+		t.Fatal("a Struct nested 12,000 deep was accepted")
 	}
 }

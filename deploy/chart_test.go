@@ -725,6 +725,7 @@ func TestChartRBACIsTheKustomizations(t *testing.T) {
 			return strings.Contains(g.resource, "deletingpolicies/status") || g.group == "events.k8s.io"
 		}, "arbiter-kube-source-cleanup"},
 		{"kube.reporting=false", func(grant) bool { return false }, "view"},
+		{"kube.backgroundScan=false", func(g grant) bool { return g.group == "wgpolicyk8s.io" }, ""},
 	} {
 		r := renderChart(t, chartNamespace, kube, tc.set)
 		objs := rbacObjects(r.docs, func(*doc) bool { return true })

@@ -1065,8 +1065,8 @@ func TestMutatingWebhookConfiguration(t *testing.T) {
 // grant the server's account exactly what `serve --kube-source` uses:
 // reading the kinds it owns, updating only the status subresource of the
 // policies and GlobalContextEntries it writes the status of, and (managed webhooks) creating and
-// updating only the configurations it manages; nothing deleted, no
-// wildcard.
+// updating only the configurations it manages, reading and writing the
+// background scans' reports (the only objects it deletes); no wildcard.
 func TestKubeSourceRBAC(t *testing.T) {
 	m := loadManifests(t)
 	type grant struct{ group, resource, verb, name string }
@@ -1124,6 +1124,7 @@ func TestKubeSourceRBAC(t *testing.T) {
 	add("", []string{"events"}, []string{"create", "patch"}, "")
 	add("kyverno.io", []string{"globalcontextentries"}, read, "")
 	add("kyverno.io", []string{"globalcontextentries/status"}, []string{"update"}, "")
+	add("wgpolicyk8s.io", []string{"policyreports", "clusterpolicyreports"}, []string{"get", "list", "watch", "create", "update", "delete"}, "")
 	add("coordination.k8s.io", []string{"leases"}, []string{"create"}, "")
 	add("coordination.k8s.io", []string{"leases"}, []string{"get", "update"}, "arbiter-primary")
 	add("admissionregistration.k8s.io", []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, []string{"create"}, "")

@@ -36,6 +36,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -645,6 +646,25 @@ func TestHelmKubeMode(t *testing.T) {
 		defer cancel()
 		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, "arbiter-managed", metav1.DeleteOptions{})
 		_ = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "arbiter-managed", metav1.DeleteOptions{})
+	})
+
+	// view's rules are aggregated by kube-controller-manager, which does not
+	// run here: what it would aggregate of view for what the background
+	// scans read (the policy's Pods and their controllers).
+	viewRole := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "arbiter-e2e-view-" + release}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"", "apps", "batch"}, Resources: []string{"pods", "deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs"}, Verbs: []string{"get", "list", "watch"}}}}
+	viewBinding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: viewRole.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: viewRole.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "arbiter-server", Namespace: release}}}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, viewRole, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, viewBinding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), viewBinding.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(context.Background(), viewRole.Name, metav1.DeleteOptions{})
 	})
 
 	// The replicas act as the chart's ServiceAccount.

@@ -542,8 +542,8 @@ func TestImagePolicyInCluster(t *testing.T) {
 // TestDeployRBACSuffices: a replica with the rights deploy/ grants the
 // server's account (kube-source and managed-webhooks components,
 // impersonated) wins the Lease, writes the policies' status, records the
-// Event of a refused policy and manages the webhook configurations, with
-// no request refused.
+// Event of a refused policy, manages the webhook configurations and writes
+// the background scans' reports, with no request refused.
 func TestDeployRBACSuffices(t *testing.T) {
 	needAPIServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -560,6 +560,28 @@ func TestDeployRBACSuffices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	cs, err := kubernetes.NewForConfig(apiserver.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// view's rules are aggregated by kube-controller-manager, which does
+	// not run here: what it would aggregate of view for what the policy
+	// matches.
+	viewRole := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "arbiter-test-view"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"", "apps", "batch"}, Resources: []string{"pods", "deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs"}, Verbs: []string{"get", "list", "watch"}}}}
+	viewBinding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "arbiter-test-view"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: viewRole.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "arbiter-server", Namespace: "arbiter"}}}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, viewRole, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, viewBinding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), viewBinding.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(context.Background(), viewRole.Name, metav1.DeleteOptions{})
+	})
 	hooks := &WebhookConfig{URL: "https://127.0.0.1:1", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"arbiter-test": "rbac"}}}
 	hooks.Name = DefaultWebhookConfigName // the name the RBAC grants
 	t.Cleanup(func() {
@@ -580,7 +602,8 @@ func TestDeployRBACSuffices(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = RunHA(ctx, srv, HAConfig{Source: Config{Rest: rc, Logger: log, BatchDelay: 10 * time.Millisecond, Status: &StatusConfig{}, Webhooks: hooks},
+		_ = RunHA(ctx, srv, HAConfig{Source: Config{Rest: rc, Logger: log, BatchDelay: 10 * time.Millisecond, Status: &StatusConfig{}, Webhooks: hooks,
+			Reports: &ReportsConfig{Delay: 50 * time.Millisecond}},
 			LeaseName: "arbiter-primary", LeaseNamespace: "arbiter", Address: "127.0.0.1:1",
 			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond})
 	}()
@@ -612,6 +635,15 @@ func TestDeployRBACSuffices(t *testing.T) {
 	if v == nil || len(v.Webhooks) == 0 {
 		t.Fatalf("no managed webhook: %+v", v)
 	}
+	scanNamespace(t, cs, id, id)
+	p, err := cs.CoreV1().Pods(id).Create(ctx, scanPod("rbacx-1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReport(t, id, string(p.UID), 30*time.Second, func(u *unstructured.Unstructured) bool {
+		rs := results(u)
+		return len(rs) > 0 && rs[0]["result"] == "fail"
+	})
 	if l := logs.String(); strings.Contains(l, "forbidden") {
 		t.Fatalf("a request was refused:\n%s", l)
 	}

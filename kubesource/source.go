@@ -28,9 +28,10 @@
 // The source also writes back, from the revision the primary serves, the
 // status of the policies (Config.Status: status.conditionStatus as Kyverno
 // writes it, status.go) and the webhook configurations made from them
-// (Config.Webhooks, webhooks.go); cluster.go runs both. With
-// Config.Cleanup it runs the DeletingPolicies on their schedule
-// (cleanup.go).
+// (Config.Webhooks, webhooks.go); cluster.go runs both. With Config.Reports
+// it scans the existing objects with the background policies and writes
+// PolicyReports (reports.go, reportobj.go). With Config.Cleanup it runs the
+// DeletingPolicies on their schedule (cleanup.go).
 //
 // RunHA elects one primary among several replicas with a Lease; see elect.go.
 package kubesource
@@ -119,6 +120,10 @@ type Config struct {
 	// Cleanup, when set, makes the primary run the DeletingPolicies it
 	// serves (cleanup.go).
 	Cleanup *CleanupConfig
+	// Reports, when set, makes the primary scan existing objects with the
+	// policies whose background evaluation is enabled and write
+	// PolicyReports (reports.go).
+	Reports *ReportsConfig
 }
 
 func (c *Config) defaults() {
@@ -227,6 +232,8 @@ type Source struct {
 	cluster *cluster
 	// cleanup runs the DeletingPolicies (nil without Config.Cleanup).
 	cleanup *cleanup
+	// scanner runs the background scans (nil without Config.Reports).
+	scanner *scanner
 
 	mu      sync.Mutex
 	watches map[schema.GroupKind]*watch
@@ -316,6 +323,11 @@ func newSource(cfg Config, srv target) (*Source, error) {
 			return nil, fmt.Errorf("kubesource: %w", err)
 		}
 	}
+	if cfg.Reports != nil {
+		if s.scanner, err = newScanner(s, *cfg.Reports); err != nil {
+			return nil, fmt.Errorf("kubesource: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -370,6 +382,13 @@ func (s *Source) Run(ctx context.Context) error {
 		go func() {
 			defer s.wg.Done()
 			s.cleanup.run(ctx)
+		}()
+	}
+	if s.scanner != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.scanner.run(ctx)
 		}()
 	}
 	s.waitSynced(ctx)

@@ -55,6 +55,11 @@ type kubeOptions struct {
 	cleanup          bool
 	cleanupDryRun    bool
 	cleanupExcludeNS []string
+	// Background scans into PolicyReports (reports.go of kubesource).
+	backgroundScan bool
+	scanInterval   time.Duration
+	reportQPS      float32
+	reportWorkers  int
 }
 
 func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
@@ -81,6 +86,10 @@ func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
 	f.BoolVar(&o.cleanup, "kube-cleanup", false, "--kube-source: the primary runs the DeletingPolicies and NamespacedDeletingPolicies on their schedule and deletes what they select, as Kyverno's cleanup controller does (off by default: do not run it beside Kyverno's); the policies are stored and listed either way")
 	f.BoolVar(&o.cleanupDryRun, "kube-cleanup-dry-run", false, "--kube-cleanup: delete nothing; log and record (PolicyDryRun Events) what every policy would delete (a policy annotated cleanup.arbiter.dev/dry-run=true runs dry on its own)")
 	f.StringSliceVar(&o.cleanupExcludeNS, "kube-cleanup-exclude-namespaces", kubesource.DefaultCleanupExcludeNamespaces, "--kube-cleanup: namespaces no DeletingPolicy deletes in (Kyverno's default resourceFilters); give an empty value for none")
+	f.BoolVar(&o.backgroundScan, "kube-background-scan", true, "--kube-source: the primary evaluates the policies whose background evaluation is enabled against the existing objects of the kinds they match and writes the results as wgpolicyk8s.io/v1alpha2 PolicyReports and ClusterPolicyReports, one per object, as Kyverno's reports controller does (needs the PolicyReport CRDs)")
+	f.DurationVar(&o.scanInterval, "kube-scan-interval", time.Hour, "--kube-background-scan: how often every object is scanned again (besides every policy, exception or Namespace change, exception expiry and object change)")
+	f.Float32Var(&o.reportQPS, "kube-report-qps", 300, "--kube-background-scan: report writes per second to the API server (burst as many)")
+	f.IntVar(&o.reportWorkers, "kube-report-workers", 16, "--kube-background-scan: report writes in flight")
 	f.StringArrayVar(&o.webhookAnnotation, "kube-webhook-annotation", nil, "--kube-webhooks managed: KEY=VALUE annotation of the configurations (repeatable), e.g. cert-manager.io/inject-ca-from=NS/CERTIFICATE")
 }
 
@@ -88,6 +97,12 @@ func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
 func (k *kubeOptions) clusterConfig(src *kubesource.Config) error {
 	if k.policyStatus {
 		src.Status = &kubesource.StatusConfig{ReportsUser: k.reportsUser}
+	}
+	if k.backgroundScan {
+		if k.scanInterval <= 0 || k.reportQPS <= 0 || k.reportWorkers <= 0 {
+			return exitWith(exitLoad, "--kube-scan-interval, --kube-report-qps and --kube-report-workers must be positive")
+		}
+		src.Reports = &kubesource.ReportsConfig{Interval: k.scanInterval, QPS: k.reportQPS, Workers: k.reportWorkers}
 	}
 	managedOnly := k.webhookService != "" || k.webhookURL != "" || k.webhookCAFile != "" || k.webhookExclude != nil ||
 		k.webhookNSSelector != "" || k.webhookAnnotation != nil || k.webhookName != kubesource.DefaultWebhookConfigName

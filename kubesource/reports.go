@@ -1,0 +1,1021 @@
+package kubesource
+
+// Background scans: the primary evaluates the policies whose background
+// evaluation is enabled against the existing objects of the kinds they
+// match (one dynamic informer per kind) and writes the results as
+// wgpolicyk8s.io/v1alpha2 PolicyReport and ClusterPolicyReport objects in
+// Kyverno's layout (reportobj.go). See ReportsConfig.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/arbiter-pdp/arbiter/engine"
+	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
+	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/store"
+)
+
+// ReportsConfig configures background scans (Config.Reports). The primary
+// scans every existing object of the kinds matched by the policies whose
+// background evaluation is enabled (ValidatingPolicy and
+// NamespacedValidatingPolicy spec.evaluation.background.enabled, MutatingPolicy
+// and NamespacedMutatingPolicy likewise, every ValidatingAdmissionPolicy):
+// all of them when a revision changes a policy, an exception, a binding, a
+// param or a Namespace, when an exception expires, and every Interval; an
+// object alone when it changes. Each object's results are written, when
+// they changed, as one PolicyReport (ClusterPolicyReport for cluster-scoped
+// objects) named by its UID.
+type ReportsConfig struct {
+	// Interval is how often every object is scanned again (default 1 h,
+	// Kyverno's --backgroundScanInterval).
+	Interval time.Duration
+	// Delay gathers object changes into one scan (default 1 s).
+	Delay time.Duration
+	// QPS and Burst bound the report writes (default 300 and 300, the
+	// client limits of Kyverno's reports controller).
+	QPS   float32
+	Burst int
+	// Workers is how many report writes are in flight (default 16).
+	Workers int
+}
+
+func (c *ReportsConfig) defaults() {
+	if c.Interval <= 0 {
+		c.Interval = time.Hour
+	}
+	if c.Delay <= 0 {
+		c.Delay = time.Second
+	}
+	if c.QPS <= 0 {
+		c.QPS = 300
+	}
+	if c.Burst <= 0 {
+		c.Burst = int(c.QPS)
+	}
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+}
+
+// ScanStats count what the background scans did.
+type ScanStats struct {
+	// Scans is the number of scans finished (full or not); FullScans of
+	// every object.
+	Scans, FullScans uint64
+	// Evaluated is the number of objects evaluated.
+	Evaluated uint64
+	// Created, Updated and Deleted count the reports written.
+	Created, Updated, Deleted uint64
+	// WriteErrors counts report writes that failed (retried by a later scan).
+	WriteErrors uint64
+	// Resources lists the resources scanned, as group/version/resource (sorted).
+	Resources []string
+	// LastRevision is the revision of the last scan that finished.
+	LastRevision uint64
+}
+
+// ScanStats returns what the background scans did so far (zero without
+// Config.Reports).
+func (s *Source) ScanStats() ScanStats {
+	if s.scanner == nil {
+		return ScanStats{}
+	}
+	return s.scanner.stats()
+}
+
+// scannable is a snapshot the scans can evaluate with (*server.Snapshot).
+type scannable interface {
+	PolicySet() *engine.PolicySet
+	Context() kyvernocel.Context
+}
+
+// nexter is a snapshot that says when a newer one replaces it (*server.Snapshot).
+type nexter interface{ Next() <-chan struct{} }
+
+// objRef names an object of a scanned resource.
+type objRef struct {
+	gr       schema.GroupResource
+	ns, name string
+}
+
+// reportRef names a report: the namespace and UID of its object.
+type reportRef struct{ ns, name string }
+
+// resWatch is one scanned resource's informer.
+type resWatch struct {
+	gvr        schema.GroupVersionResource
+	gvk        schema.GroupVersionKind
+	namespaced bool
+	inf        cache.SharedIndexInformer
+	cancel     context.CancelFunc
+}
+
+// wrote remembers a report write: while the wanted report is the same it
+// is not written again.
+type wrote struct {
+	rv, canon string
+}
+
+type scanner struct {
+	s    *Source
+	cfg  ReportsConfig
+	log  *slog.Logger
+	dyn  dynamic.Interface // rate-limited (QPS, Burst): the report writes
+	read dynamic.Interface // the informers
+	disc discovery.DiscoveryInterface
+	wake chan struct{}
+
+	mu    sync.Mutex
+	dirty map[objRef]bool
+	gone  map[reportRef]bool
+	full  bool
+	wrote map[reportRef]wrote
+
+	// worker only
+	watches   map[schema.GroupResource]*resWatch
+	polr      cache.SharedIndexInformer
+	cpolr     cache.SharedIndexInformer
+	policies  map[store.Key]*manifest.Object
+	infos     map[store.Key]storedInfo
+	resources []schema.GroupVersionResource // wanted, last computed
+	// generated are the policies with status.generated (Kyverno leaves
+	// them to the ValidatingAdmissionPolicy it generated: no results), by
+	// kind, namespace and name.
+	generated map[[3]string]bool
+	wg        sync.WaitGroup
+
+	scans, fullScans, evaluated, created, updated, deleted, writeErrors, lastRev atomic.Uint64
+}
+
+func newScanner(s *Source, cfg ReportsConfig) (*scanner, error) {
+	cfg.defaults()
+	rc := *s.cfg.Rest
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	dyn, err := dynamic.NewForConfig(&rc)
+	if err != nil {
+		return nil, err
+	}
+	read := *s.cfg.Rest
+	read.QPS, read.Burst = max(read.QPS, 50), max(read.Burst, 100)
+	rdyn, err := dynamic.NewForConfig(&read)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(s.cfg.Rest)
+	if err != nil {
+		return nil, err
+	}
+	return &scanner{s: s, cfg: cfg, log: s.cfg.Logger.With("component", "kube-scan"), dyn: dyn, read: rdyn, disc: disc,
+		wake: make(chan struct{}, 1), dirty: map[objRef]bool{}, gone: map[reportRef]bool{}, wrote: map[reportRef]wrote{},
+		watches: map[schema.GroupResource]*resWatch{}, infos: map[store.Key]storedInfo{}}, nil
+}
+
+func (sc *scanner) stats() ScanStats {
+	st := ScanStats{Scans: sc.scans.Load(), FullScans: sc.fullScans.Load(), Evaluated: sc.evaluated.Load(),
+		Created: sc.created.Load(), Updated: sc.updated.Load(), Deleted: sc.deleted.Load(), WriteErrors: sc.writeErrors.Load(),
+		LastRevision: sc.lastRev.Load()}
+	sc.mu.Lock()
+	for _, r := range sc.resources {
+		st.Resources = append(st.Resources, r.String())
+	}
+	sc.mu.Unlock()
+	sort.Strings(st.Resources)
+	return st
+}
+
+func (sc *scanner) poke() {
+	select {
+	case sc.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (sc *scanner) markFull() {
+	sc.mu.Lock()
+	sc.full = true
+	sc.mu.Unlock()
+	sc.poke()
+}
+
+var (
+	polrGVR  = schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}
+	cpolrGVR = schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "clusterpolicyreports"}
+)
+
+// reportInformer watches the reports labelled as Kyverno's (those the
+// scans own).
+func (sc *scanner) reportInformer(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+	ri := sc.read.Resource(gvr)
+	sel := ManagedByReportLabel + "=" + ManagedByReportValue
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (kruntime.Object, error) {
+			opts.LabelSelector = sel
+			return ri.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (apiwatch.Interface, error) {
+			opts.LabelSelector = sel
+			return ri.Watch(ctx, opts)
+		},
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: gvr.String()})
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			u.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	var warned atomic.Bool
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			if !warned.Swap(true) {
+				sc.log.Warn("the API server does not serve the reports; background scans wait for their CRDs (kubectl apply -k deploy/kube-source/crds)", "resource", gvr.String(), "err", err)
+			}
+			return
+		}
+		sc.log.Warn("listing or watching the reports failed", "resource", gvr.String(), "err", err)
+	})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { sc.reportChanged(obj, false) },
+		DeleteFunc: func(obj any) { sc.reportChanged(obj, true) },
+	})
+	return inf
+}
+
+// reportChanged rescans the object of a report that someone else changed
+// or deleted.
+func (sc *scanner) reportChanged(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	ref := reportRef{ns: u.GetNamespace(), name: u.GetName()}
+	sc.mu.Lock()
+	w, known := sc.wrote[ref]
+	if known && !deleted && w.rv == u.GetResourceVersion() {
+		sc.mu.Unlock()
+		return // our own write
+	}
+	delete(sc.wrote, ref)
+	scope, _ := u.Object["scope"].(map[string]any)
+	av, _ := scope["apiVersion"].(string)
+	kind, _ := scope["kind"].(string)
+	name, _ := scope["name"].(string)
+	gv, _ := schema.ParseGroupVersion(av)
+	var gr schema.GroupResource
+	for g, w := range sc.watches {
+		if w.gvk.GroupKind() == gv.WithKind(kind).GroupKind() {
+			gr = g
+		}
+	}
+	if gr.Resource != "" {
+		sc.dirty[objRef{gr: gr, ns: u.GetNamespace(), name: name}] = true
+	}
+	sc.mu.Unlock()
+	if gr.Resource != "" {
+		sc.poke()
+	}
+}
+
+// run scans until ctx ends, from the source's first comparison on.
+func (sc *scanner) run(ctx context.Context) {
+	defer sc.wg.Wait()
+	select {
+	case <-ctx.Done():
+		return
+	case <-sc.s.ready:
+	}
+	sc.polr, sc.cpolr = sc.reportInformer(polrGVR), sc.reportInformer(cpolrGVR)
+	for _, inf := range []cache.SharedIndexInformer{sc.polr, sc.cpolr} {
+		sc.wg.Add(1)
+		go func() {
+			defer sc.wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), sc.polr.HasSynced, sc.cpolr.HasSynced) {
+		return
+	}
+	tick := time.NewTicker(sc.cfg.Interval)
+	defer tick.Stop()
+	var last Snapshot
+	backoff := time.Duration(0)
+	for {
+		snap := sc.s.srv.current()
+		if snap != last {
+			if sc.policiesChanged(snap) {
+				sc.syncWatches(ctx, snap)
+				sc.markFull()
+			}
+			last = snap
+		}
+		expiry, err := sc.scan(ctx, snap)
+		if err != nil && ctx.Err() == nil {
+			backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
+			sc.log.Warn("writing reports failed; retrying them", "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		var next <-chan struct{}
+		if n, ok := snap.(nexter); ok {
+			next = n.Next()
+		}
+		var expire <-chan time.Time
+		var timer *time.Timer
+		if !expiry.IsZero() {
+			// Re-evaluated just after the instant an exception expires.
+			timer = time.NewTimer(time.Until(expiry) + 10*time.Millisecond)
+			expire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-sc.wake:
+			select {
+			case <-ctx.Done():
+			case <-time.After(sc.cfg.Delay):
+			}
+		case <-next:
+		case <-tick.C:
+			sc.syncWatches(ctx, snap)
+			sc.markFull()
+		case <-expire:
+			sc.markFull()
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// policiesChanged says whether snap's objects other than context objects
+// (policies, exceptions, bindings, params, Namespaces) differ from the
+// last scanned ones.
+func (sc *scanner) policiesChanged(snap Snapshot) bool {
+	sn, ok := snap.(scannable)
+	if !ok {
+		return false
+	}
+	ps := sn.PolicySet()
+	cur := map[store.Key]*manifest.Object{}
+	snap.Range(func(k store.Key, o *manifest.Object) bool {
+		if engine.Classify(o) != engine.ClassResource || (ps != nil && ps.IsParam(o)) {
+			cur[k] = o
+		}
+		return true
+	})
+	changed := sc.policies == nil || len(cur) != len(sc.policies)
+	if !changed {
+		for k, o := range cur {
+			if sc.policies[k] != o {
+				changed = true
+				break
+			}
+		}
+	}
+	sc.policies = cur
+	return changed
+}
+
+// wantedResources are the resources the background policies of snap match.
+func (sc *scanner) wantedResources(snap Snapshot) []schema.GroupVersionResource {
+	var literal []metav1.GroupVersionResource
+	seen := map[store.Key]bool{}
+	generated := map[[3]string]bool{}
+	snap.Range(func(k store.Key, o *manifest.Object) bool {
+		switch {
+		case isStatusKind(k.Group, k.Kind):
+			seen[k] = true
+			si, ok := sc.infos[k]
+			if !ok || si.obj != o {
+				info, err := decodePolicy(k, o.Content)
+				if err != nil {
+					sc.log.Warn("reading a stored policy for the resources it matches", "object", k.String(), "err", err)
+				}
+				si = storedInfo{obj: o, info: info}
+				sc.infos[k] = si
+			}
+			if si.info != nil && si.info.generated {
+				generated[[3]string{k.Kind, k.Namespace, k.Name}] = true
+			}
+			if si.info != nil && si.info.background && !si.info.generated {
+				literal = append(literal, gvrsOf(si.info)...)
+			}
+		case k.Group == vapGroup && k.Kind == vapGK.Kind:
+			literal = append(literal, vapResources(o.Content)...)
+		}
+		return true
+	})
+	for k := range sc.infos {
+		if !seen[k] {
+			delete(sc.infos, k)
+		}
+	}
+	sc.generated = generated
+	var preferred []*metav1.APIResourceList
+	expanded := false
+	out := map[schema.GroupResource]schema.GroupVersionResource{}
+	var order []schema.GroupResource
+	add := func(gvr schema.GroupVersionResource) {
+		if _, ok := out[gvr.GroupResource()]; !ok {
+			out[gvr.GroupResource()] = gvr
+			order = append(order, gvr.GroupResource())
+		}
+	}
+	for _, r := range literal {
+		if strings.Contains(r.Resource, "/") {
+			continue // subresources are not listed
+		}
+		if r.Group != "*" && r.Version != "*" && r.Resource != "*" {
+			gvr := schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource}
+			if _, err := sc.s.mapper.KindFor(gvr); err != nil {
+				sc.log.Debug("a policy matches a resource the API server does not serve", "resource", gvr.String())
+				continue
+			}
+			add(gvr)
+			continue
+		}
+		if !expanded {
+			expanded = true
+			var err error
+			preferred, err = sc.disc.ServerPreferredResources()
+			if err != nil {
+				sc.log.Warn("discovering the resources a wildcard matches", "err", err)
+			}
+		}
+		for _, l := range preferred {
+			gv, err := schema.ParseGroupVersion(l.GroupVersion)
+			if err != nil {
+				continue
+			}
+			for _, res := range l.APIResources {
+				if strings.Contains(res.Name, "/") || !hasVerbs(res.Verbs, "list", "watch") {
+					continue
+				}
+				if (r.Group == "*" || r.Group == gv.Group) && (r.Version == "*" || r.Version == gv.Version) && (r.Resource == "*" || r.Resource == res.Name) {
+					add(gv.WithResource(res.Name))
+				}
+			}
+		}
+	}
+	res := make([]schema.GroupVersionResource, 0, len(order))
+	for _, gr := range order {
+		res = append(res, out[gr])
+	}
+	return res
+}
+
+func hasVerbs(have []string, want ...string) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h == w {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// vapResources are a ValidatingAdmissionPolicy's
+// spec.matchConstraints.resourceRules, group × version × resource.
+func vapResources(content map[string]any) []metav1.GroupVersionResource {
+	spec, _ := content["spec"].(map[string]any)
+	mc, _ := spec["matchConstraints"].(map[string]any)
+	rules, _ := mc["resourceRules"].([]any)
+	var out []metav1.GroupVersionResource
+	strs := func(v any) []string {
+		l, _ := v.([]any)
+		var s []string
+		for _, x := range l {
+			if str, ok := x.(string); ok {
+				s = append(s, str)
+			}
+		}
+		return s
+	}
+	for _, r := range rules {
+		rm, _ := r.(map[string]any)
+		for _, g := range strs(rm["apiGroups"]) {
+			for _, v := range strs(rm["apiVersions"]) {
+				for _, res := range strs(rm["resources"]) {
+					out = append(out, metav1.GroupVersionResource{Group: g, Version: v, Resource: res})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// syncWatches starts the informers of the resources snap's background
+// policies match and stops the others.
+func (sc *scanner) syncWatches(ctx context.Context, snap Snapshot) {
+	want := sc.wantedResources(snap)
+	wanted := map[schema.GroupResource]schema.GroupVersionResource{}
+	for _, gvr := range want {
+		wanted[gvr.GroupResource()] = gvr
+	}
+	for gr, w := range sc.watches {
+		if wanted[gr] != w.gvr {
+			w.cancel()
+			sc.mu.Lock()
+			delete(sc.watches, gr)
+			sc.mu.Unlock()
+			sc.log.Info("stopped scanning", "resource", w.gvr.String())
+		}
+	}
+	for _, gvr := range want {
+		if sc.watches[gvr.GroupResource()] != nil {
+			continue
+		}
+		gvk, err := sc.s.mapper.KindFor(gvr)
+		if err != nil {
+			continue
+		}
+		mapping, err := sc.s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			continue
+		}
+		w := &resWatch{gvr: gvr, gvk: gvk, namespaced: mapping.Scope.Name() == meta.RESTScopeNameNamespace}
+		w.inf = sc.resourceInformer(w)
+		wctx, cancel := context.WithCancel(ctx)
+		w.cancel = cancel
+		sc.mu.Lock()
+		sc.watches[gvr.GroupResource()] = w
+		sc.mu.Unlock()
+		sc.wg.Add(2)
+		go func() {
+			defer sc.wg.Done()
+			w.inf.RunWithContext(wctx)
+		}()
+		go func() {
+			defer sc.wg.Done()
+			if cache.WaitForCacheSync(wctx.Done(), w.inf.HasSynced) {
+				sc.markFull()
+			}
+		}()
+		sc.log.Info("scanning", "resource", gvr.String())
+	}
+	sc.mu.Lock()
+	sc.resources = want
+	sc.mu.Unlock()
+}
+
+func (sc *scanner) resourceInformer(w *resWatch) cache.SharedIndexInformer {
+	ri := sc.read.Resource(w.gvr)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (kruntime.Object, error) {
+			return ri.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (apiwatch.Interface, error) {
+			return ri.Watch(ctx, opts)
+		},
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})
+	gvk := w.gvk
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			u.SetManagedFields(nil)
+			if u.GetKind() == "" {
+				u.SetGroupVersionKind(gvk)
+			}
+		}
+		return obj, nil
+	})
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if apierrors.IsForbidden(err) {
+			sc.log.Warn("not allowed to list and watch a resource the background policies match; its objects are not scanned until granted", "resource", w.gvr.String(), "err", err)
+		} else {
+			sc.log.Info("listing or watching a scanned resource failed", "resource", w.gvr.String(), "err", err)
+		}
+	})
+	gr := w.gvr.GroupResource()
+	enqueue := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		sc.mu.Lock()
+		sc.dirty[objRef{gr: gr, ns: u.GetNamespace(), name: u.GetName()}] = true
+		sc.mu.Unlock()
+		sc.poke()
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue,
+		UpdateFunc: func(old, obj any) {
+			if o, ok := old.(*unstructured.Unstructured); ok {
+				if n, ok := obj.(*unstructured.Unstructured); ok && o.GetResourceVersion() == n.GetResourceVersion() {
+					return // a resync
+				}
+			}
+			enqueue(obj)
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				sc.mu.Lock()
+				sc.gone[reportRef{ns: u.GetNamespace(), name: string(u.GetUID())}] = true
+				sc.mu.Unlock()
+			}
+			enqueue(obj)
+		},
+	})
+	return inf
+}
+
+// target is an object to scan.
+type scanTarget struct {
+	w *resWatch
+	u *unstructured.Unstructured
+}
+
+// job is a report write: want nil deletes the report.
+type job struct {
+	// obj is the object scanned (zero for the report of an object gone):
+	// a failed write scans it again.
+	obj      objRef
+	ref      reportRef
+	cluster  bool
+	want     *unstructured.Unstructured
+	canon    string
+	existing *unstructured.Unstructured
+}
+
+// scan evaluates what is due (every object, or those that changed) at
+// snap and writes the reports that differ; it returns the next instant an
+// exception expires (zero: none).
+func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
+	sn, ok := snap.(scannable)
+	if !ok || sn.PolicySet() == nil {
+		return time.Time{}, nil
+	}
+	ps := sn.PolicySet()
+	now := time.Now()
+	var expiry time.Time
+	for _, e := range ps.Exceptions() {
+		if e.ExpiresAt.After(now) && (expiry.IsZero() || e.ExpiresAt.Before(expiry)) {
+			expiry = e.ExpiresAt
+		}
+	}
+	sc.mu.Lock()
+	full, dirty, gone := sc.full, sc.dirty, sc.gone
+	sc.full, sc.dirty, sc.gone = false, map[objRef]bool{}, map[reportRef]bool{}
+	watches := make(map[schema.GroupResource]*resWatch, len(sc.watches))
+	allSynced := true
+	for gr, w := range sc.watches {
+		if w.inf.HasSynced() {
+			watches[gr] = w
+		} else {
+			allSynced = false
+			sc.log.Debug("not listed yet", "resource", w.gvr.String())
+		}
+	}
+	sc.mu.Unlock()
+	if !full && len(dirty) == 0 && len(gone) == 0 {
+		return expiry, nil
+	}
+	var targets []scanTarget
+	if full {
+		for _, w := range watches {
+			for _, o := range w.inf.GetStore().List() {
+				if u, ok := o.(*unstructured.Unstructured); ok {
+					targets = append(targets, scanTarget{w: w, u: u})
+				}
+			}
+		}
+	} else {
+		for ref := range dirty {
+			w := watches[ref.gr]
+			if w == nil {
+				continue
+			}
+			id := ref.name
+			if ref.ns != "" {
+				id = ref.ns + "/" + ref.name
+			}
+			if o, ok, _ := w.inf.GetIndexer().GetByKey(id); ok {
+				if u, ok := o.(*unstructured.Unstructured); ok {
+					targets = append(targets, scanTarget{w: w, u: u})
+				}
+			}
+		}
+	}
+	rev := revisionOf(snap)
+	desired := make(map[reportRef]bool, len(targets))
+	for _, t := range targets {
+		desired[reportRef{ns: t.u.GetNamespace(), name: string(t.u.GetUID())}] = true
+	}
+	// Each object's report is written as soon as it is evaluated, while
+	// the others are.
+	w := sc.startWriters(ctx)
+	sc.evaluate(ctx, ps, sn.Context(), now, rev, targets, func(t scanTarget, want *unstructured.Unstructured) {
+		ref := reportRef{ns: t.u.GetNamespace(), name: string(t.u.GetUID())}
+		if js := sc.diff(nil, ref, !t.w.namespaced, want); len(js) > 0 {
+			js[0].obj = objRef{gr: t.w.gvr.GroupResource(), ns: t.u.GetNamespace(), name: t.u.GetName()}
+			w.put(ctx, js[0])
+		}
+	})
+	evaluated := time.Since(now)
+	if ctx.Err() == nil {
+		for ref := range gone {
+			if !desired[ref] {
+				for _, j := range sc.diff(nil, ref, ref.ns == "", nil) {
+					w.put(ctx, j)
+				}
+				desired[ref] = true
+			}
+		}
+		if full && allSynced {
+			// Reports whose object is gone, or of a kind no background
+			// policy matches any more.
+			for _, inf := range []cache.SharedIndexInformer{sc.polr, sc.cpolr} {
+				for _, o := range inf.GetStore().List() {
+					u, ok := o.(*unstructured.Unstructured)
+					if !ok {
+						continue
+					}
+					ref := reportRef{ns: u.GetNamespace(), name: u.GetName()}
+					if !desired[ref] {
+						for _, j := range sc.diff(nil, ref, ref.ns == "", nil) {
+							w.put(ctx, j)
+						}
+					}
+				}
+			}
+		}
+	}
+	err := w.close(ctx)
+	if ctx.Err() != nil {
+		return expiry, ctx.Err()
+	}
+	sc.scans.Add(1)
+	if full {
+		sc.fullScans.Add(1)
+	}
+	sc.lastRev.Store(rev)
+	writes := w.n.Load()
+	if writes == 0 && !full {
+		sc.log.Debug("background scan", "revision", rev, "objects", len(targets))
+	} else {
+		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", writes, "evaluated_in", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
+	}
+	return expiry, err
+}
+
+// evaluate evaluates the targets in parallel, passing each one's report
+// to emit (nil where no policy gave a result), from several goroutines.
+func (sc *scanner) evaluate(ctx context.Context, ps *engine.PolicySet, c kyvernocel.Context, now time.Time, rev uint64, targets []scanTarget, emit func(scanTarget, *unstructured.Unstructured)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(1, runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opts := &engine.EvalOptions{Context: c, Now: now}
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(targets) || ctx.Err() != nil {
+					return
+				}
+				t := targets[i]
+				req := &admission.Request{Operation: admission.OpCreate, Object: t.u.Object, Kind: t.w.gvk, Resource: t.w.gvr,
+					Name: t.u.GetName(), Namespace: t.u.GetNamespace(), Mode: admission.ModeBackground}
+				req.Fill()
+				d := ps.Evaluate(ctx, req, opts)
+				sc.evaluated.Add(1)
+				rs := d.Results
+				if len(sc.generated) > 0 {
+					rs = rs[:0:0]
+					for _, r := range d.Results {
+						if !sc.generated[[3]string{r.PolicyKind, r.PolicyNamespace, r.PolicyName}] {
+							rs = append(rs, r)
+						}
+					}
+				}
+				var want *unstructured.Unstructured
+				if len(rs) > 0 {
+					want = buildReport(t.u, t.w.namespaced, rs, rev, now)
+				}
+				emit(t, want)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// existing is the report stored under ref (from the informers).
+func (sc *scanner) existing(ref reportRef, cluster bool) *unstructured.Unstructured {
+	inf, id := sc.polr, ref.ns+"/"+ref.name
+	if cluster {
+		inf, id = sc.cpolr, ref.name
+	}
+	o, ok, _ := inf.GetIndexer().GetByKey(id)
+	if !ok {
+		return nil
+	}
+	u, _ := o.(*unstructured.Unstructured)
+	return u
+}
+
+// diff appends the write that makes the report of ref want (nil: no report).
+func (sc *scanner) diff(jobs []job, ref reportRef, cluster bool, want *unstructured.Unstructured) []job {
+	cur := sc.existing(ref, cluster)
+	if want == nil {
+		sc.mu.Lock()
+		w, known := sc.wrote[ref]
+		sc.mu.Unlock()
+		if cur == nil && (!known || w.canon == "") {
+			return jobs
+		}
+		if known && w.canon == "" {
+			return jobs // deleted by us; the informer is behind
+		}
+		return append(jobs, job{ref: ref, cluster: cluster, existing: cur})
+	}
+	canon := canonical(want)
+	if cur != nil && canonical(cur) == canon {
+		return jobs
+	}
+	sc.mu.Lock()
+	w, known := sc.wrote[ref]
+	sc.mu.Unlock()
+	if known && w.canon == canon {
+		return jobs // written; the informer is behind
+	}
+	return append(jobs, job{ref: ref, cluster: cluster, want: want, canon: canon, existing: cur})
+}
+
+// writer runs report writes, Workers at a time (the client's QPS and
+// Burst bound the rate).
+type writer struct {
+	ch   chan job
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+	n    atomic.Int64
+}
+
+func (sc *scanner) startWriters(ctx context.Context) *writer {
+	w := &writer{ch: make(chan job, 4*sc.cfg.Workers)}
+	for range sc.cfg.Workers {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for j := range w.ch {
+				if ctx.Err() != nil {
+					continue
+				}
+				if err := sc.writeOne(ctx, &j); err != nil {
+					sc.writeErrors.Add(1)
+					// Retried by the next scan (after the backoff).
+					sc.mu.Lock()
+					if j.obj.name != "" {
+						sc.dirty[j.obj] = true
+					} else {
+						sc.gone[j.ref] = true
+					}
+					sc.mu.Unlock()
+					w.mu.Lock()
+					if len(w.errs) < 5 {
+						w.errs = append(w.errs, err)
+					}
+					w.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return w
+}
+
+// put queues a write (dropped once ctx is done).
+func (w *writer) put(ctx context.Context, j job) {
+	select {
+	case w.ch <- j:
+		w.n.Add(1)
+	case <-ctx.Done():
+	}
+}
+
+// close waits for the queued writes and returns their errors.
+func (w *writer) close(ctx context.Context) error {
+	close(w.ch)
+	w.wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.Join(w.errs...)
+}
+
+func (sc *scanner) client(j *job) dynamic.ResourceInterface {
+	if j.cluster {
+		return sc.dyn.Resource(cpolrGVR)
+	}
+	return sc.dyn.Resource(polrGVR).Namespace(j.ref.ns)
+}
+
+func (sc *scanner) writeOne(ctx context.Context, j *job) error {
+	ri := sc.client(j)
+	opts := metav1.UpdateOptions{FieldManager: sc.s.cfg.Component}
+	if j.want == nil {
+		err := ri.Delete(ctx, j.ref.name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting the report %s/%s: %w", j.ref.ns, j.ref.name, err)
+		}
+		sc.mu.Lock()
+		sc.wrote[j.ref] = wrote{}
+		sc.mu.Unlock()
+		if err == nil {
+			sc.deleted.Add(1)
+		}
+		return nil
+	}
+	cur := j.existing
+	for attempt := 0; ; attempt++ {
+		var out *unstructured.Unstructured
+		var err error
+		if cur == nil {
+			out, err = ri.Create(ctx, j.want, metav1.CreateOptions{FieldManager: sc.s.cfg.Component})
+			if apierrors.IsAlreadyExists(err) && attempt < 3 {
+				if cur, err = ri.Get(ctx, j.ref.name, metav1.GetOptions{}); err == nil {
+					if canonical(cur) == j.canon {
+						sc.remember(j.ref, cur, j.canon)
+						return nil
+					}
+					continue
+				}
+			}
+			if err == nil {
+				sc.created.Add(1)
+			}
+		} else {
+			obj := updateOf(cur, j.want)
+			out, err = ri.Update(ctx, obj, opts)
+			if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && attempt < 3 {
+				if cur, err = ri.Get(ctx, j.ref.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+					cur = nil
+					continue
+				} else if err == nil {
+					if canonical(cur) == j.canon {
+						sc.remember(j.ref, cur, j.canon)
+						return nil
+					}
+					continue
+				}
+			}
+			if err == nil {
+				sc.updated.Add(1)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("writing the report %s/%s: %w", j.ref.ns, j.ref.name, err)
+		}
+		sc.remember(j.ref, out, j.canon)
+		return nil
+	}
+}
+
+func (sc *scanner) remember(ref reportRef, out *unstructured.Unstructured, canon string) {
+	sc.mu.Lock()
+	sc.wrote[ref] = wrote{rv: out.GetResourceVersion(), canon: canon}
+	sc.mu.Unlock()
+}

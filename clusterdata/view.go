@@ -141,6 +141,17 @@ func (v *View) Get(k Key) (*manifest.Object, bool) {
 	return nil, false
 }
 
+// CountOf returns the number of objects of a kind.
+func (v *View) CountOf(gk schema.GroupKind) int {
+	if v == nil {
+		return 0
+	}
+	if b := v.kinds[gk]; b != nil {
+		return b.count
+	}
+	return 0
+}
+
 // ObjectsOf returns the objects of a kind, by namespace then name.
 func (v *View) ObjectsOf(gk schema.GroupKind) []*manifest.Object {
 	if v == nil {

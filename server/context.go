@@ -107,6 +107,12 @@ func (s *Server) build(base *content, changes []store.Change, sources map[store.
 			continue
 		}
 		policyChanges = append(policyChanges, objectChange{key: c.Key, obj: obj})
+		if engine.Classify(obj) == engine.ClassNamespace {
+			// A Namespace is also what resource.Get/List read
+			// (v1 namespaces), as Kyverno's listers serve it.
+			viewChanges = append(viewChanges, clusterdata.Change{Key: ck, Object: obj})
+			continue
+		}
 		if _, ok := base.view.Get(ck); ok {
 			viewChanges = append(viewChanges, clusterdata.Change{Key: ck})
 		}

@@ -344,3 +344,66 @@ spec:
 	}
 	<-done
 }
+
+// Namespaces are policy objects (the namespaceObject of requests) and also
+// what resource.Get/List read as v1 namespaces, at the revision that holds
+// them (Kyverno's listers serve them; Kyverno's karpenter-mpol chainsaw
+// test reads a Namespace's labels this way).
+func TestNamespacesReadAsResources(t *testing.T) {
+	ctx := context.Background()
+	ts := startServer(t, server.Config{})
+	commit, err := ts.LoadObjects(ctx, contextObjects(t, `apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: team-label}
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  variables:
+  - name: ns
+    expression: dyn(resource.Get("v1", "namespaces", "", object.metadata.namespace))
+  validations:
+  - expression: 'variables.ns != null && has(variables.ns.metadata.labels) && "team" in variables.ns.metadata.labels'
+    message: the namespace has no team label
+  - expression: 'resource.List("v1", "namespaces", "").items.size() >= 1'
+    message: no namespace listed
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps, labels: {team: a}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: bare}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := decide(t, ts, cmJSON("apps", "x"), commit.Revision); !r.GetAllowed() {
+		t.Fatalf("labelled namespace: %v", r.GetStatus())
+	}
+	if r := decide(t, ts, cmJSON("bare", "x"), commit.Revision); r.GetAllowed() || !strings.Contains(r.GetStatus().GetMessage(), "no team label") {
+		t.Fatalf("bare namespace: %v", r.GetStatus())
+	}
+	// A label added in a later revision is read at that revision.
+	ack, err := ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: []*arbiterv1.Change{
+		upsert([]byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bare","labels":{"team":"b"}}}`)),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := decide(t, ts, cmJSON("bare", "x"), ack.GetRevision()); !r.GetAllowed() {
+		t.Fatalf("after the label: %v", r.GetStatus())
+	}
+	// Deleted, it reads as null again.
+	ack, err = ts.c.Write(ctx, &arbiterv1.WriteBatch{Changes: []*arbiterv1.Change{
+		{Op: arbiterv1.ChangeOp_CHANGE_OP_DELETE, Key: &arbiterv1.ObjectKey{Kind: "Namespace", Name: "bare"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := decide(t, ts, cmJSON("bare", "x"), ack.GetRevision()); r.GetAllowed() {
+		t.Fatalf("after the delete: %v", r.GetStatus())
+	}
+}

@@ -37,6 +37,9 @@ func (s *Snapshot) RangeKind(group, kind string, fn func(store.Key, *manifest.Ob
 			}
 		}
 	}
+	if group == namespaceGK.Group && kind == namespaceGK.Kind {
+		return // the policy objects above
+	}
 	s.view.RangeKind(schema.GroupKind{Group: group, Kind: kind}, func(k clusterdata.Key, o *manifest.Object) bool {
 		return fn(storeKey(k), o)
 	})

@@ -183,7 +183,7 @@ func (s *Snapshot) Range(fn func(store.Key, *manifest.Object) bool) {
 	ck, co, ok := next()
 	emitContext := func(before *store.Key) bool {
 		for ok && (before == nil || keyLess(storeKey(ck), *before)) {
-			if !fn(storeKey(ck), co) {
+			if !isNamespaceKey(ck) && !fn(storeKey(ck), co) { // Namespaces are policy objects
 				return false
 			}
 			ck, co, ok = next()

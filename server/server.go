@@ -252,7 +252,7 @@ func (s *Server) loadSnapshot(ctx context.Context) error {
 	next.Time = snap.Time
 	s.swap(next)
 	s.log.Info("store loaded", "path", s.store.Path(), "revision", snap.Revision, "digest", snap.Digest,
-		"objects", next.Objects(), "context_objects", c.view.Len(), "policies", len(c.set.Policies()), "exceptions", len(c.set.Exceptions()),
+		"objects", next.Objects(), "context_objects", contextLen(c.view), "policies", len(c.set.Policies()), "exceptions", len(c.set.Exceptions()),
 		"took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -400,7 +400,7 @@ func (s *Server) writeLocked(ctx context.Context, mk func(base *Snapshot) (store
 		if err != nil {
 			return err
 		}
-		n := c.objects.len() + c.view.Len()
+		n := c.objects.len() + contextLen(c.view)
 		if max := s.cfg.Limits.MaxObjects; max > 0 && n > max && n > base.Objects() {
 			return limits.StoreFull(n, max)
 		}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"context"
 	"sort"
 	"time"
@@ -42,10 +44,22 @@ type Snapshot struct {
 }
 
 // Objects returns the number of stored objects.
-func (s *Snapshot) Objects() int { return s.objects.len() + s.view.Len() }
+func (s *Snapshot) Objects() int { return s.objects.len() + contextLen(s.view) }
 
 // ContextObjects returns the number of stored context objects.
-func (s *Snapshot) ContextObjects() int { return s.view.Len() }
+func (s *Snapshot) ContextObjects() int { return contextLen(s.view) }
+
+// namespaceGK is v1 Namespace: a policy object (the requests'
+// namespaceObject) that the view holds too, for resource.Get/List; it is
+// stored and counted once, as a policy object.
+var namespaceGK = schema.GroupKind{Kind: "Namespace"}
+
+// contextLen is the number of context objects of a view (its Namespaces
+// are policy objects).
+func contextLen(v *clusterdata.View) int { return v.Len() - v.CountOf(namespaceGK) }
+
+// isNamespaceKey says whether k is a Namespace's key in the view.
+func isNamespaceKey(k clusterdata.Key) bool { return k.Group == "" && k.Kind == "Namespace" }
 
 // Object returns a stored object.
 func (s *Snapshot) Object(k store.Key) (*manifest.Object, bool) {

@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
@@ -47,6 +49,9 @@ import (
 // they changed, as one PolicyReport (ClusterPolicyReport for cluster-scoped
 // objects) named by its UID.
 type ReportsConfig struct {
+	// Counters, when set, receive the scans' counts (the process's
+	// metrics); else each Source counts on its own.
+	Counters *ScanCounters
 	// Interval is how often every object is scanned again (default 1 h,
 	// Kyverno's --backgroundScanInterval).
 	Interval time.Duration
@@ -165,7 +170,60 @@ type scanner struct {
 	generated map[[3]string]bool
 	wg        sync.WaitGroup
 
-	scans, fullScans, evaluated, created, updated, deleted, writeErrors, lastRev atomic.Uint64
+	n *ScanCounters
+}
+
+// ScanCounters count what the background scans did. One value may be
+// shared by the Sources of successive primary terms
+// (ReportsConfig.Counters), so the metrics read from it survive a change of
+// primary within the process.
+type ScanCounters struct {
+	Scans, FullScans, Evaluated, Created, Updated, Deleted, WriteErrors, LastRevision atomic.Uint64
+}
+
+// NewScanCounters returns counters that reg (when not nil) exports:
+//
+//	arbiter_scan_runs_total{kind=full|objects}     scans finished
+//	arbiter_scan_evaluated_objects_total           objects evaluated
+//	arbiter_scan_report_writes_total{op}           reports created, updated, deleted
+//	arbiter_scan_report_write_errors_total         report writes that failed (retried)
+//	arbiter_scan_revision                          revision of the last scan finished
+func NewScanCounters(reg prometheus.Registerer) *ScanCounters {
+	n := &ScanCounters{}
+	if reg == nil {
+		return n
+	}
+	reg.MustRegister(&scanCollector{n})
+	return n
+}
+
+var (
+	scanRunsDesc   = prometheus.NewDesc("arbiter_scan_runs_total", "Background scans finished, by kind: full (every object) or objects (the changed ones).", []string{"kind"}, nil)
+	scanEvalDesc   = prometheus.NewDesc("arbiter_scan_evaluated_objects_total", "Objects evaluated by background scans.", nil, nil)
+	scanWritesDesc = prometheus.NewDesc("arbiter_scan_report_writes_total", "PolicyReports and ClusterPolicyReports written by background scans, by op: create, update, delete.", []string{"op"}, nil)
+	scanErrorsDesc = prometheus.NewDesc("arbiter_scan_report_write_errors_total", "Report writes of background scans that failed (retried).", nil, nil)
+	scanRevDesc    = prometheus.NewDesc("arbiter_scan_revision", "Revision of the last background scan finished (0 before the first, or on a replica that is not the primary).", nil, nil)
+)
+
+type scanCollector struct{ n *ScanCounters }
+
+func (c *scanCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{scanRunsDesc, scanEvalDesc, scanWritesDesc, scanErrorsDesc, scanRevDesc} {
+		ch <- d
+	}
+}
+
+func (c *scanCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	full, all := n.FullScans.Load(), n.Scans.Load()
+	ch <- prometheus.MustNewConstMetric(scanRunsDesc, prometheus.CounterValue, float64(full), "full")
+	ch <- prometheus.MustNewConstMetric(scanRunsDesc, prometheus.CounterValue, float64(all-min(full, all)), "objects")
+	ch <- prometheus.MustNewConstMetric(scanEvalDesc, prometheus.CounterValue, float64(n.Evaluated.Load()))
+	ch <- prometheus.MustNewConstMetric(scanWritesDesc, prometheus.CounterValue, float64(n.Created.Load()), "create")
+	ch <- prometheus.MustNewConstMetric(scanWritesDesc, prometheus.CounterValue, float64(n.Updated.Load()), "update")
+	ch <- prometheus.MustNewConstMetric(scanWritesDesc, prometheus.CounterValue, float64(n.Deleted.Load()), "delete")
+	ch <- prometheus.MustNewConstMetric(scanErrorsDesc, prometheus.CounterValue, float64(n.WriteErrors.Load()))
+	ch <- prometheus.MustNewConstMetric(scanRevDesc, prometheus.GaugeValue, float64(n.LastRevision.Load()))
 }
 
 func newScanner(s *Source, cfg ReportsConfig) (*scanner, error) {
@@ -186,15 +244,19 @@ func newScanner(s *Source, cfg ReportsConfig) (*scanner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &scanner{s: s, cfg: cfg, log: s.cfg.Logger.With("component", "kube-scan"), dyn: dyn, read: rdyn, disc: disc,
+	n := cfg.Counters
+	if n == nil {
+		n = &ScanCounters{}
+	}
+	return &scanner{s: s, cfg: cfg, n: n, log: s.cfg.Logger.With("component", "kube-scan"), dyn: dyn, read: rdyn, disc: disc,
 		wake: make(chan struct{}, 1), dirty: map[objRef]bool{}, gone: map[reportRef]bool{}, wrote: map[reportRef]wrote{},
 		watches: map[schema.GroupResource]*resWatch{}, infos: map[store.Key]storedInfo{}}, nil
 }
 
 func (sc *scanner) stats() ScanStats {
-	st := ScanStats{Scans: sc.scans.Load(), FullScans: sc.fullScans.Load(), Evaluated: sc.evaluated.Load(),
-		Created: sc.created.Load(), Updated: sc.updated.Load(), Deleted: sc.deleted.Load(), WriteErrors: sc.writeErrors.Load(),
-		LastRevision: sc.lastRev.Load()}
+	st := ScanStats{Scans: sc.n.Scans.Load(), FullScans: sc.n.FullScans.Load(), Evaluated: sc.n.Evaluated.Load(),
+		Created: sc.n.Created.Load(), Updated: sc.n.Updated.Load(), Deleted: sc.n.Deleted.Load(), WriteErrors: sc.n.WriteErrors.Load(),
+		LastRevision: sc.n.LastRevision.Load()}
 	sc.mu.Lock()
 	for _, r := range sc.resources {
 		st.Resources = append(st.Resources, r.String())
@@ -788,11 +850,11 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 	if ctx.Err() != nil {
 		return expiry, ctx.Err()
 	}
-	sc.scans.Add(1)
+	sc.n.Scans.Add(1)
 	if full {
-		sc.fullScans.Add(1)
+		sc.n.FullScans.Add(1)
 	}
-	sc.lastRev.Store(rev)
+	sc.n.LastRevision.Store(rev)
 	writes := w.n.Load()
 	if writes == 0 && !full {
 		sc.log.Debug("background scan", "revision", rev, "objects", len(targets))
@@ -822,7 +884,7 @@ func (sc *scanner) evaluate(ctx context.Context, ps *engine.PolicySet, c kyverno
 					Name: t.u.GetName(), Namespace: t.u.GetNamespace(), Mode: admission.ModeBackground}
 				req.Fill()
 				d := ps.Evaluate(ctx, req, opts)
-				sc.evaluated.Add(1)
+				sc.n.Evaluated.Add(1)
 				rs := d.Results
 				if len(sc.generated) > 0 {
 					rs = rs[:0:0]
@@ -906,7 +968,7 @@ func (sc *scanner) startWriters(ctx context.Context) *writer {
 					continue
 				}
 				if err := sc.writeOne(ctx, &j); err != nil {
-					sc.writeErrors.Add(1)
+					sc.n.WriteErrors.Add(1)
 					// Retried by the next scan (after the backoff).
 					sc.mu.Lock()
 					if j.obj.name != "" {
@@ -965,7 +1027,7 @@ func (sc *scanner) writeOne(ctx context.Context, j *job) error {
 		sc.wrote[j.ref] = wrote{}
 		sc.mu.Unlock()
 		if err == nil {
-			sc.deleted.Add(1)
+			sc.n.Deleted.Add(1)
 		}
 		return nil
 	}
@@ -985,7 +1047,7 @@ func (sc *scanner) writeOne(ctx context.Context, j *job) error {
 				}
 			}
 			if err == nil {
-				sc.created.Add(1)
+				sc.n.Created.Add(1)
 			}
 		} else {
 			obj := updateOf(cur, j.want)
@@ -1003,7 +1065,7 @@ func (sc *scanner) writeOne(ctx context.Context, j *job) error {
 				}
 			}
 			if err == nil {
-				sc.updated.Add(1)
+				sc.n.Updated.Add(1)
 			}
 		}
 		if err != nil {

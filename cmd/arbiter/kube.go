@@ -242,6 +242,9 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 	if err := k.clusterConfig(&src); err != nil {
 		return err
 	}
+	if src.Reports != nil {
+		src.Reports.Counters = kubesource.NewScanCounters(metricsRegisterer(srv))
+	}
 	switch {
 	case k.cleanup:
 		exclude := []string{}

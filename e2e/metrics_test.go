@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/yaml"
+
+	"github.com/arbiter-pdp/arbiter/kubesource"
 )
 
 var updateMetrics = flag.Bool("update-metrics", false, "rewrite deploy/monitoring/metrics.txt from the running servers")
@@ -49,9 +54,15 @@ func TestExportedMetricsList(t *testing.T) {
 		decideOn(t, p, js, 0)
 		decideOn(t, f, js, 0)
 	}
+	// The background scans' series, which a primary exports only with
+	// --kube-source (registered as serve registers them).
+	reg := prometheus.NewRegistry()
+	kubesource.NewScanCounters(reg)
+	scans := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer scans.Close()
 	families := map[string]*family{}
-	for _, addr := range []string{pm, fm} {
-		for name, f := range scrapeFamilies(t, "http://"+addr+"/metrics") {
+	for _, url := range []string{"http://" + pm + "/metrics", "http://" + fm + "/metrics", scans.URL} {
+		for name, f := range scrapeFamilies(t, url) {
 			if families[name] == nil {
 				families[name] = f
 			}
@@ -66,7 +77,8 @@ func TestExportedMetricsList(t *testing.T) {
 		lines = append(lines, strings.TrimSpace(name+" "+f.typ+" "+strings.Join(ls, ",")))
 	}
 	slices.Sort(lines)
-	got := "# Metric families a primary and a follower export (name, type, labels), written by\n" +
+	got := "# Metric families a primary and a follower export (name, type, labels; the arbiter_scan_*\n" +
+		"# series with --kube-source), written by\n" +
 		"# go test ./e2e/ -run TestExportedMetricsList -update-metrics\n" + strings.Join(lines, "\n") + "\n"
 	if *updateMetrics {
 		if err := os.WriteFile(metricsFile, []byte(got), 0o644); err != nil {

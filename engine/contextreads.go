@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -170,27 +172,50 @@ func readsOf(kind, namespace, name string, namespaced bool, vars []expr, varName
 	return out
 }
 
+// variableExprs are a spec's variables and their names.
+func variableExprs(vs []admissionregistrationv1.Variable) ([]expr, []string) {
+	vars := make([]expr, len(vs))
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		vars[i] = expr{fmt.Sprintf("spec.variables[%d].expression", i), v.Expression}
+		names[i] = v.Name
+	}
+	return vars, names
+}
+
+func conditionExprs(mcs []admissionregistrationv1.MatchCondition) []expr {
+	out := make([]expr, 0, len(mcs))
+	for i, mc := range mcs {
+		out = append(out, expr{fmt.Sprintf("spec.matchConditions[%d].expression", i), mc.Expression})
+	}
+	return out
+}
+
+func validationExprs(vs []admissionregistrationv1.Validation) []expr {
+	out := make([]expr, 0, 2*len(vs))
+	for i, v := range vs {
+		out = append(out, expr{fmt.Sprintf("spec.validations[%d].expression", i), v.Expression},
+			expr{fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression})
+	}
+	return out
+}
+
+func auditExprs(as []admissionregistrationv1.AuditAnnotation) []expr {
+	out := make([]expr, 0, len(as))
+	for i, a := range as {
+		out = append(out, expr{fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), a.ValueExpression})
+	}
+	return out
+}
+
 func vpolReads(kind, namespace, name string, spec *kyvernoapi.ValidatingPolicySpec) []ResourceRead {
 	if spec == nil {
 		return nil
 	}
-	vars := make([]expr, len(spec.Variables))
-	names := make([]string, len(spec.Variables))
-	for i, v := range spec.Variables {
-		vars[i] = expr{fmt.Sprintf("spec.variables[%d].expression", i), v.Expression}
-		names[i] = v.Name
-	}
-	var exprs []expr
-	for i, mc := range spec.MatchConditions {
-		exprs = append(exprs, expr{fmt.Sprintf("spec.matchConditions[%d].expression", i), mc.Expression})
-	}
-	for i, v := range spec.Validations {
-		exprs = append(exprs, expr{fmt.Sprintf("spec.validations[%d].expression", i), v.Expression},
-			expr{fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression})
-	}
-	for i, a := range spec.AuditAnnotations {
-		exprs = append(exprs, expr{fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), a.ValueExpression})
-	}
+	vars, names := variableExprs(spec.Variables)
+	exprs := conditionExprs(spec.MatchConditions)
+	exprs = append(exprs, validationExprs(spec.Validations)...)
+	exprs = append(exprs, auditExprs(spec.AuditAnnotations)...)
 	return readsOf(kind, namespace, name, kind == kyvernoapi.KindNamespacedValidatingPolicy, vars, names, exprs)
 }
 
@@ -198,16 +223,8 @@ func ivpolReads(kind, namespace, name string, spec *kyvernoapi.ImageValidatingPo
 	if spec == nil {
 		return nil
 	}
-	vars := make([]expr, len(spec.Variables))
-	names := make([]string, len(spec.Variables))
-	for i, v := range spec.Variables {
-		vars[i] = expr{fmt.Sprintf("spec.variables[%d].expression", i), v.Expression}
-		names[i] = v.Name
-	}
-	var exprs []expr
-	for i, mc := range spec.MatchConditions {
-		exprs = append(exprs, expr{fmt.Sprintf("spec.matchConditions[%d].expression", i), mc.Expression})
-	}
+	vars, names := variableExprs(spec.Variables)
+	exprs := conditionExprs(spec.MatchConditions)
 	for i, m := range spec.MatchImageReferences {
 		if m.Expression != "" {
 			exprs = append(exprs, expr{fmt.Sprintf("spec.matchImageReferences[%d].expression", i), m.Expression})
@@ -216,13 +233,8 @@ func ivpolReads(kind, namespace, name string, spec *kyvernoapi.ImageValidatingPo
 	for i, e := range spec.ImageExtractors {
 		exprs = append(exprs, expr{fmt.Sprintf("spec.images[%d].expression", i), e.Expression})
 	}
-	for i, v := range spec.Validations {
-		exprs = append(exprs, expr{fmt.Sprintf("spec.validations[%d].expression", i), v.Expression},
-			expr{fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression})
-	}
-	for i, a := range spec.AuditAnnotations {
-		exprs = append(exprs, expr{fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), a.ValueExpression})
-	}
+	exprs = append(exprs, validationExprs(spec.Validations)...)
+	exprs = append(exprs, auditExprs(spec.AuditAnnotations)...)
 	return readsOf(kind, namespace, name, kind == kyvernoapi.KindNamespacedImageValidatingPolicy, vars, names, exprs)
 }
 
@@ -230,16 +242,8 @@ func mpolReads(kind, namespace, name string, spec *mpol.MutatingPolicySpec) []Re
 	if spec == nil {
 		return nil
 	}
-	vars := make([]expr, len(spec.Variables))
-	names := make([]string, len(spec.Variables))
-	for i, v := range spec.Variables {
-		vars[i] = expr{fmt.Sprintf("spec.variables[%d].expression", i), v.Expression}
-		names[i] = v.Name
-	}
-	var exprs []expr
-	for i, mc := range spec.MatchConditions {
-		exprs = append(exprs, expr{fmt.Sprintf("spec.matchConditions[%d].expression", i), mc.Expression})
-	}
+	vars, names := variableExprs(spec.Variables)
+	exprs := conditionExprs(spec.MatchConditions)
 	for i, m := range spec.Mutations {
 		if m.ApplyConfiguration != nil {
 			exprs = append(exprs, expr{fmt.Sprintf("spec.mutations[%d].applyConfiguration.expression", i), m.ApplyConfiguration.Expression})
@@ -248,9 +252,7 @@ func mpolReads(kind, namespace, name string, spec *mpol.MutatingPolicySpec) []Re
 			exprs = append(exprs, expr{fmt.Sprintf("spec.mutations[%d].jsonPatch.expression", i), m.JSONPatch.Expression})
 		}
 	}
-	for i, a := range spec.AuditAnnotations {
-		exprs = append(exprs, expr{fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), a.ValueExpression})
-	}
+	exprs = append(exprs, auditExprs(spec.AuditAnnotations)...)
 	if t := spec.TargetMatchConstraints; t != nil && t.Expression != "" {
 		exprs = append(exprs, expr{"spec.targetMatchConstraints.expression", t.Expression})
 	}

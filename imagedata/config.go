@@ -103,12 +103,12 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("maxResponseBytes: %d is negative", c.MaxResponseBytes))
 	}
 	for i, r := range c.InsecureRegistries {
-		if _, err := normalizeRegistry(r); err != nil {
+		if _, err := NormalizeRegistry(r); err != nil {
 			errs = append(errs, fmt.Errorf("insecureRegistries[%d]: %w", i, err))
 		}
 	}
 	if c.Platform != "" {
-		if _, err := parsePlatform(c.Platform); err != nil {
+		if _, err := ParsePlatform(c.Platform); err != nil {
 			errs = append(errs, fmt.Errorf("platform: %w", err))
 		}
 	}
@@ -122,9 +122,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// normalizeRegistry returns the registry name of an insecureRegistries
+// NormalizeRegistry returns the registry name of an insecureRegistries
 // entry as image references spell it (docker.io is index.docker.io).
-func normalizeRegistry(s string) (string, error) {
+func NormalizeRegistry(s string) (string, error) {
 	if s == "" {
 		return "", errors.New("empty registry name")
 	}
@@ -138,8 +138,8 @@ func normalizeRegistry(s string) (string, error) {
 	return r.RegistryStr(), nil
 }
 
-// parsePlatform parses os/arch[/variant].
-func parsePlatform(s string) (v1.Platform, error) {
+// ParsePlatform parses os/arch[/variant] (the platform of an image index).
+func ParsePlatform(s string) (v1.Platform, error) {
 	parts := strings.Split(s, "/")
 	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" || (len(parts) == 3 && parts[2] == "") {
 		return v1.Platform{}, fmt.Errorf("%q is not os/arch[/variant] (e.g. linux/amd64, linux/arm64/v8)", s)

@@ -67,10 +67,10 @@ func New(cfg Config, opts Options) (*Fetcher, error) {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
-	platform, _ := parsePlatform(cfg.Platform) // validated
+	platform, _ := ParsePlatform(cfg.Platform) // validated
 	insecure := make(map[string]bool, len(cfg.InsecureRegistries))
 	for _, r := range cfg.InsecureRegistries {
-		n, _ := normalizeRegistry(r) // validated
+		n, _ := NormalizeRegistry(r) // validated
 		insecure[n] = true
 	}
 	base := opts.Transport

@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/arbiter-pdp/arbiter/imagedata"
 )
 
 // Defaults of Config's fields.
@@ -117,12 +116,12 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("maxResponseBytes: %d is negative", c.MaxResponseBytes))
 	}
 	for i, r := range c.InsecureRegistries {
-		if _, err := normalizeRegistry(r); err != nil {
+		if _, err := imagedata.NormalizeRegistry(r); err != nil {
 			errs = append(errs, fmt.Errorf("insecureRegistries[%d]: %w", i, err))
 		}
 	}
 	if c.Platform != "" {
-		if _, err := parsePlatform(c.Platform); err != nil {
+		if _, err := imagedata.ParsePlatform(c.Platform); err != nil {
 			errs = append(errs, fmt.Errorf("platform: %w", err))
 		}
 	}
@@ -139,33 +138,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func normalizeRegistry(s string) (string, error) {
-	if s == "" {
-		return "", errors.New("empty registry name")
-	}
-	if strings.Contains(s, "://") || strings.ContainsAny(s, "/@") {
-		return "", fmt.Errorf("%q is not a registry host[:port] (no scheme, path or credentials)", s)
-	}
-	r, err := name.NewRegistry(s, name.StrictValidation)
-	if err != nil {
-		return "", fmt.Errorf("%q: %w", s, err)
-	}
-	return r.RegistryStr(), nil
-}
-
 // Duration is a time.Duration that reads and writes as a Go duration
-// string ("10s") in JSON and YAML.
-type Duration time.Duration
-
-// MarshalText implements encoding.TextMarshaler.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("want a duration such as \"10s\" or \"1m30s\": %w", err)
-	}
-	*d = Duration(v)
-	return nil
-}
+// string ("10s") in JSON and YAML (imagedata's).
+type Duration = imagedata.Duration

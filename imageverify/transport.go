@@ -6,12 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 func newBaseTransport() *http.Transport {
@@ -140,16 +137,4 @@ type counters struct {
 	inFlight, maxInFlight            atomic.Int64
 	cacheHits, cacheMisses           atomic.Int64
 	verifications, failures, errors  atomic.Int64
-}
-
-func parsePlatform(s string) (v1.Platform, error) {
-	parts := strings.Split(s, "/")
-	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" || (len(parts) == 3 && parts[2] == "") {
-		return v1.Platform{}, fmt.Errorf("%q is not os/arch[/variant] (e.g. linux/amd64, linux/arm64/v8)", s)
-	}
-	p := v1.Platform{OS: parts[0], Architecture: parts[1]}
-	if len(parts) == 3 {
-		p.Variant = parts[2]
-	}
-	return p, nil
 }

@@ -92,7 +92,7 @@ func New(cfg Config, opts Options) (*Verifier, error) {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
-	platform, _ := parsePlatform(cfg.Platform)
+	platform, _ := imagedata.ParsePlatform(cfg.Platform)
 	v := &Verifier{
 		cfg:      cfg,
 		insecure: map[string]bool{},
@@ -111,7 +111,7 @@ func New(cfg Config, opts Options) (*Verifier, error) {
 	}
 	v.log = v.log.With("component", "imageverify")
 	for _, r := range cfg.InsecureRegistries {
-		n, _ := normalizeRegistry(r)
+		n, _ := imagedata.NormalizeRegistry(r)
 		v.insecure[n] = true
 	}
 	base := opts.Transport

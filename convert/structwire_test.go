@@ -61,7 +61,7 @@ func TestStructWireValue(t *testing.T) {
 	}{
 		{"empty", nil, map[string]any{}, manifest.Sizes{}},
 		{"numbers", cat(wEntry(wKey("i"), wVal(wNum(3))), wEntry(wKey("f"), wVal(wNum(1.5))), wEntry(wKey("big"), wVal(wNum(1<<53))),
-			wEntry(wKey("neg"), wVal(wNum(-(1<<53 - 1))))),
+			wEntry(wKey("neg"), wVal(wNum(-(1<<53-1))))),
 			map[string]any{"i": int64(3), "f": 1.5, "big": float64(1 << 53), "neg": int64(-(1<<53 - 1))}, manifest.Sizes{Entries: 4, Length: 4}},
 		{"NaN and infinities as strings", cat(wEntry(wKey("n"), wVal(wNum(math.NaN()))), wEntry(wKey("p"), wVal(wNum(math.Inf(1)))),
 			wEntry(wKey("m"), wVal(wNum(math.Inf(-1))))),

@@ -1,11 +1,17 @@
 package limits
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 )
 
 func structSizeSeeds() []*structpb.Struct {
@@ -105,4 +111,45 @@ func mustStruct(t *testing.T, b []byte) *structpb.Struct {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestObjectSizesLeftEncoded: the size limit of an object the server's
+// codec left encoded is that of the Struct decoded (proto.Size), also
+// where its encoding is shorter (map entries without key or value) or
+// longer (a key repeated), and for old_object.
+func TestObjectSizesLeftEncoded(t *testing.T) {
+	pod := structSizeSeeds()[0]
+	podWire, err := proto.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range [][]byte{
+		podWire,
+		{0x0a, 0x00, 0x0a, 0x03, 0x0a, 0x01, 'k'},                    // re-encodes to 6+7 bytes
+		append([]byte{0x0a, 0x04, 0x0a, 0x02, 'a', 'b'}, podWire...), // "ab" without value, then the pod
+		append(append([]byte{}, podWire...), podWire...),             // every key twice
+	} {
+		want := mustStruct(t, st)
+		size := proto.Size(want)
+		for _, field := range []protowire.Number{1, 2} {
+			b := protowire.AppendBytes(protowire.AppendTag(nil, field, protowire.BytesType), st)
+			in := &arbiterv1.DecideRequest{}
+			if err := arbiterv1.ServerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, in); err != nil {
+				t.Fatal(err)
+			}
+			if in.ObjectWire() == nil && in.OldObjectWire() == nil {
+				t.Fatalf("%x: not left encoded", st)
+			}
+			name := map[protowire.Number]string{1: "object", 2: "old_object"}[field]
+			for _, limit := range []int{size, size - 1, 3*len(st) - 1, 3 * len(st)} {
+				err := (&Config{MaxObjectBytes: limit}).ObjectSizes(in)
+				if over := size > limit; over != (err != nil) {
+					t.Fatalf("%s of %d bytes (%d encoded), limit %d: %v", name, size, len(st), limit, err)
+				}
+				if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("%s is %d bytes", name, size)) {
+					t.Fatalf("%s of %d bytes, limit %d: %v", name, size, limit, err)
+				}
+			}
+		}
+	}
 }

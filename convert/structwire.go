@@ -22,9 +22,11 @@ import (
 //
 // b is what the server's codec checked (arbiterv1.DecideRequest's
 // ObjectWire: every string valid UTF-8, no field of a Value or map entry
-// twice), and belongs to the request, which nothing changes once
-// received: the strings of the result are slices of it, as the object
-// decoded from object_json is of its bytes.
+// twice), and belongs to the request: a copy the codec made out of its
+// pooled buffer, which nothing changes once received (no DecideRequest
+// is pooled, reset in place or decoded into again). So the strings of
+// the result are slices of it, as the object decoded from object_json is
+// of its bytes (TestStructWireStringsOwnNothingPooled).
 func structWireValue(b []byte) (map[string]any, manifest.Sizes, error) {
 	m := make(map[string]any, countWire(b, 1))
 	var sizes manifest.Sizes

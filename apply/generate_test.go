@@ -87,7 +87,7 @@ func TestApplyGenerating(t *testing.T) {
 	if !strings.HasPrefix(yml, want) {
 		t.Errorf("-o yaml does not start with the generated object then the report:\n%s", yml)
 	}
-	if !strings.Contains(yml, "generated-resources: networking.k8s.io/v1, Kind=NetworkPolicy Name=default-deny Namespace=team-a") {
+	if !strings.Contains(strings.Join(strings.Fields(yml), " "), "generated-resources: networking.k8s.io/v1, Kind=NetworkPolicy Name=default-deny Namespace=team-a") {
 		t.Errorf("-o yaml: no generated-resources property:\n%s", yml)
 	}
 	if n := strings.Count(yml, "kind: NetworkPolicy"); n != 1 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
+	"github.com/arbiter-pdp/arbiter/engine/celeval"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
@@ -33,7 +34,21 @@ type generated struct {
 // trigger (a CREATE in the CLI mode, as `kyverno test`); the results and
 // generated objects must be testdata/golden/NAME.yaml (go test -update
 // rewrites them). What each case covers is said at its top.
-func TestGolden(t *testing.T) {
+func TestGolden(t *testing.T) { runGolden(t) }
+
+// TestGoldenRerun: a policy evaluated a second time with exact cost
+// tracking (as when its estimates exceed the budget) starts afresh: the
+// same results, nothing generated twice.
+func TestGoldenRerun(t *testing.T) {
+	if *update {
+		t.Skip("-update")
+	}
+	celeval.SetRerunAlways(true)
+	defer celeval.SetRerunAlways(false)
+	runGolden(t)
+}
+
+func runGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/cases/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no cases: %v", err)

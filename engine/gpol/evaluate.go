@@ -208,7 +208,13 @@ func (b Bound) evaluate(rq *celeval.Request, st *celeval.State) evalResult {
 	}
 	for i, g := range p.generations {
 		st.Label(phaseGenerate, celeval.Index(i), "")
-		if _, err := st.Eval(g); err != nil {
+		if g.tpl != nil {
+			if err := applyTemplate(p, g.tpl, st, c); err != nil {
+				return errResult("failed to evaluate policy", err)
+			}
+			continue
+		}
+		if _, err := st.Eval(g.prog); err != nil {
 			return errResult("failed to evaluate policy", err)
 		}
 	}
@@ -241,6 +247,40 @@ func (b Bound) evaluate(rq *celeval.Request, st *celeval.State) evalResult {
 	}
 	r := result(rq, p, "", outcome.Pass, passMessage, props)
 	return evalResult{r: Result{Result: r.Result, Generated: c.generated}, ok: true}
+}
+
+// applyTemplate renders a template and generates its resources as
+// generator.Apply does, each in its rendered metadata.namespace: for a
+// namespaced policy, none means the policy's namespace and another is
+// refused (Kyverno's applyTemplate).
+func applyTemplate(p *Policy, tpl *template, st *celeval.State, c *collector) error {
+	resources, err := tpl.render(st)
+	if err != nil {
+		return fmt.Errorf("failed to render generation template: %w", err)
+	}
+	var namespaces []string
+	grouped := map[string][]map[string]any{}
+	for _, r := range resources {
+		md, _ := r["metadata"].(map[string]any)
+		ns, _ := md["namespace"].(string)
+		if p.Namespaced() {
+			if ns == "" {
+				ns = p.Namespace
+			} else if ns != p.Namespace {
+				return fmt.Errorf("cross-namespace generation denied: a policy in namespace %q cannot generate resources into namespace %q", p.Namespace, ns)
+			}
+		}
+		if _, ok := grouped[ns]; !ok {
+			namespaces = append(namespaces, ns)
+		}
+		grouped[ns] = append(grouped[ns], r)
+	}
+	for _, ns := range namespaces {
+		if err := c.generate(ns, grouped[ns]); err != nil {
+			return fmt.Errorf("failed to generate resources: %w", err)
+		}
+	}
+	return nil
 }
 
 // phaseGenerate labels the generate expressions in traces.

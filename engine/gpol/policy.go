@@ -35,12 +35,18 @@ type Policy struct {
 
 	match            *admission.Matcher
 	matchConditions  []*celeval.Program
-	generations      []*celeval.Program
+	generations      []generation
 	auditAnnotations []auditAnnotation
 	scope            celeval.Scope
 	scored           bool
 	category         string
 	severity         string
+}
+
+// generation is a compiled generate entry: an expression or a template.
+type generation struct {
+	prog *celeval.Program
+	tpl  *template
 }
 
 type auditAnnotation struct {
@@ -173,7 +179,20 @@ func compileExpressions(env *celenv.Env, o *manifest.Object, p *Policy) *manifes
 		case g.Template != nil && g.Expression != "":
 			return manifest.Errorf(o, field, "Invalid value: only one of expression or template may be set")
 		case g.Template != nil:
-			return manifest.Errorf(o, field+".template", "generation templates are not evaluated by Arbiter (use an expression calling generator.Apply)")
+			switch g.Template.Interpolate {
+			case "", interpolateNone, interpolateCEL:
+			default:
+				return manifest.Errorf(o, field+".template.interpolate", "Unsupported value: %q: supported values: %q, %q", g.Template.Interpolate, interpolateNone, interpolateCEL)
+			}
+			tpl, err := compileTemplate(g.Template, func(expr string) (*celeval.Program, error) {
+				prg, _, err := celeval.Compile(penv.Pair, expr, nil, bounds)
+				return prg, err
+			})
+			if err != nil {
+				return manifest.Errorf(o, field+".template.value", "Invalid value: %v", err)
+			}
+			p.generations = append(p.generations, generation{tpl: tpl})
+			continue
 		case g.Expression == "":
 			return manifest.Errorf(o, field, "Required value: one of expression or template must be set")
 		}
@@ -181,7 +200,7 @@ func compileExpressions(env *celenv.Env, o *manifest.Object, p *Policy) *manifes
 		if lerr != nil {
 			return lerr
 		}
-		p.generations = append(p.generations, prg)
+		p.generations = append(p.generations, generation{prog: prg})
 	}
 	for i, aa := range spec.AuditAnnotations {
 		field := fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i)
@@ -211,6 +230,9 @@ func (p *Policy) expressions() []string {
 	for _, g := range s.Generation {
 		if g.Expression != "" {
 			out = append(out, g.Expression)
+		}
+		if g.Template != nil && g.Template.Interpolate == interpolateCEL {
+			out = append(out, templateExpressions(g.Template.Value)...)
 		}
 	}
 	for _, a := range s.AuditAnnotations {

@@ -68,8 +68,8 @@ type Generation struct {
 	Template   *GenerationTemplate `json:"template,omitempty"`
 }
 
-// GenerationTemplate is spec.generate[].template. Arbiter refuses it (not
-// evaluated yet).
+// GenerationTemplate is spec.generate[].template: YAML documents, with
+// `(( expr ))` CEL placeholders when Interpolate is "cel" (template.go).
 type GenerationTemplate struct {
 	Value       string `json:"value"`
 	Interpolate string `json:"interpolate,omitempty"`

@@ -156,6 +156,7 @@ conformance: build
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --dir kyverno-policies
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --kinds ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --kinds ValidatingPolicy,NamespacedValidatingPolicy,MutatingPolicy,PolicyException
+	python3 ../shared/conformance/run-kyverno-suites $(BIN) --kinds GeneratingPolicy,PolicyException
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --dir kyverno-cli-more --case test-mutating-policy --case test-context-apicall-mpol --case test-context-configmap-mpol --case test-mutating-admission-policy
 
 # Kyverno's chainsaw tests of the policy library (CHAINSAW_SUITES under

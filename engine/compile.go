@@ -13,6 +13,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/dpol"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/gpol"
 	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -39,6 +40,7 @@ type Compiler struct {
 	mapol      mapol.Cache
 	authz      map[string]cachedAuthz
 	dpol       map[string]cachedDeleting
+	gpol       map[string]cachedGenerating
 	// indexes are the exception indexes of the last compilation, by
 	// policy: a policy whose exceptions are the same (compiled) ones
 	// keeps its index.
@@ -67,6 +69,11 @@ type cachedDeleting struct {
 	policy  *dpol.Policy
 }
 
+type cachedGenerating struct {
+	version string
+	policy  *gpol.Policy
+}
+
 type cachedException struct {
 	version   string
 	exception *exception.Exception
@@ -84,6 +91,7 @@ func NewCompiler() (*Compiler, error) {
 		exceptions: map[string]cachedException{},
 		authz:      map[string]cachedAuthz{},
 		dpol:       map[string]cachedDeleting{},
+		gpol:       map[string]cachedGenerating{},
 	}, nil
 }
 
@@ -106,6 +114,11 @@ type Options struct {
 	// namespaced policies; the CLI does not (Kyverno's CLI does not validate
 	// policies that way, and serves their calls from mocks).
 	RefuseNamespacedHTTP bool
+	// Generating accepts GeneratingPolicies and NamespacedGeneratingPolicies,
+	// which are evaluated offline (arbiter test, arbiter apply:
+	// PolicySet.Generate). A server refuses them: generating resources
+	// needs it to create them in the cluster, which it does not do.
+	Generating bool
 }
 
 // Compile builds an immutable PolicySet from objects: policies of every
@@ -130,7 +143,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
-	var vapObjs, mapObjs, others, psaObjs, authzObjs, dpolObjs []*manifest.Object
+	var vapObjs, mapObjs, others, psaObjs, authzObjs, dpolObjs, gpolObjs []*manifest.Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -188,6 +201,13 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			} else {
 				seen[id] = true
 				dpolObjs = append(dpolObjs, o)
+			}
+		case ClassGeneratingPolicy:
+			if id := o.ID(); seen[id] {
+				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
+			} else {
+				seen[id] = true
+				gpolObjs = append(gpolObjs, o)
 			}
 		case ClassPodSecurityConfiguration:
 			psaObjs = append(psaObjs, o)
@@ -293,6 +313,8 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	authzPols, kindErrs = c.compileAuthz(authzObjs)
 	errs = append(errs, kindErrs...)
 	dpols, kindErrs := c.compileDeleting(dpolObjs, opts)
+	errs = append(errs, kindErrs...)
+	gpols, kindErrs := c.compileGenerating(gpolObjs, opts)
 	if errs = append(errs, kindErrs...); len(errs) > 0 {
 		return nil, errs
 	}
@@ -394,6 +416,23 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		dbounds[i] = exception.Bind(byRef[exception.PolicyRef{Name: p.Name, Kind: p.Kind}], nil)
 	}
 	ps.dpol = dpol.NewSet(dpols, dbounds)
+	if !opts.KeepOrder {
+		sort.SliceStable(gpols, func(i, j int) bool {
+			a, b := gpols[i], gpols[j]
+			if a.Kind != b.Kind {
+				return a.Kind < b.Kind // GeneratingPolicy before NamespacedGeneratingPolicy
+			}
+			if a.Namespace != b.Namespace {
+				return a.Namespace < b.Namespace
+			}
+			return a.Name < b.Name
+		})
+	}
+	gbounds := make([]*exception.Bound, len(gpols))
+	for i, p := range gpols {
+		gbounds[i] = exception.Bind(byRef[exception.PolicyRef{Name: p.Name, Kind: p.Kind}], nil)
+	}
+	ps.gpol = gpol.NewSet(gpols, gbounds)
 	ps.vpol = vpol.NewSet(pols, bounds)
 	var mpolApplier mpol.Applier
 	if applier != nil {
@@ -477,6 +516,47 @@ func (c *Compiler) compileDeleting(objs []*manifest.Object, opts Options) ([]*dp
 	return out, errs
 }
 
+// compileGenerating compiles the GeneratingPolicies (cached by identity
+// and version), in the order given; without opts.Generating each is
+// refused.
+func (c *Compiler) compileGenerating(objs []*manifest.Object, opts Options) ([]*gpol.Policy, manifest.LoadErrors) {
+	var out []*gpol.Policy
+	var errs manifest.LoadErrors
+	for _, o := range objs {
+		id, ver := o.ID(), o.ContentVersion()
+		c.mu.Lock()
+		cached, ok := c.gpol[id]
+		c.mu.Unlock()
+		p := cached.policy
+		if !ok || cached.version != ver {
+			var lerr *manifest.LoadError
+			if p, lerr = gpol.Compile(c.env, o); lerr != nil {
+				errs = append(errs, lerr)
+				continue
+			}
+			c.mu.Lock()
+			c.gpol[id] = cachedGenerating{version: ver, policy: p}
+			c.mu.Unlock()
+		}
+		if opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP() {
+			errs = append(errs, manifest.Errorf(o, "spec", "Forbidden: %s", kyvernocel.HTTPNotAllowedValidationMessage))
+			continue
+		}
+		if !opts.Generating {
+			errs = append(errs, generatingRefused(o))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errs
+}
+
+// generatingRefused is the error of a GeneratingPolicy where it is not
+// evaluated (a server).
+func generatingRefused(o *manifest.Object) *manifest.LoadError {
+	return manifest.Errorf(o, "spec.generate", "a %s is evaluated offline only (arbiter test, arbiter apply): the server does not create the resources it generates in the cluster", o.Kind)
+}
+
 // Compile is a convenience for a one-off compilation with a fresh compiler.
 func Compile(objs []*manifest.Object, opts Options) (*PolicySet, error) {
 	c, err := NewCompiler()
@@ -511,6 +591,11 @@ func (c *Compiler) Forget(keep map[string]bool) {
 			delete(c.dpol, id)
 		}
 	}
+	for id := range c.gpol {
+		if !keep[id] {
+			delete(c.gpol, id)
+		}
+	}
 	c.vap.Forget(keep)
 	c.mapol.Forget(keep)
 }
@@ -527,6 +612,7 @@ type PolicySet struct {
 	psa        *psa.Set
 	authz      *authz.Set
 	dpol       *dpol.Set
+	gpol       *gpol.Set
 	exceptions []*exception.Exception
 	namespaces map[string]map[string]any
 	// exceptionSize bounds the size of exceptions.allowedImages and

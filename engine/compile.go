@@ -585,7 +585,7 @@ func mutateExistingRefused(o *manifest.Object, p *mpol.Policy) *manifest.LoadErr
 	if p.Spec.TargetMatchConstraints != nil {
 		field = "spec.targetMatchConstraints"
 	}
-	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply) and by a server with the Kubernetes source (--kube-source), which updates the targets through the API server; this server has no cluster to read or update them (push, --load)")
+	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply) and by a server with the Kubernetes source (--kube-source), which updates the targets through the API server; this server has no cluster to read or update them (push or --load, or --kube-mutate-existing=false)")
 }
 
 // applier merges the apply configurations of mutations with the schemas

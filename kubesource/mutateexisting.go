@@ -231,6 +231,7 @@ func (m *Mutator) Trigger(req *admission.Request, policies []string, revision ui
 	case m.queue <- trigger{req: req, policies: policies, revision: revision}:
 		m.queued.Add(1)
 		m.cfg.Metrics.trigger("queued")
+		m.log.Debug("mutate-existing trigger queued", "policies", policies, "trigger", describe(req), "revision", revision)
 	default:
 		m.dropped.Add(1)
 		m.cfg.Metrics.trigger("dropped")
@@ -504,6 +505,7 @@ func (m *Mutator) mutateTarget(ctx context.Context, key string, trig *admission.
 		case outcome.Skip:
 			m.skipped.Add(1)
 			m.cfg.Metrics.target(key, "skipped")
+			m.log.Debug("mutate-existing target skipped", "policy", key, "target", t.String(), "reason", r.Message)
 			return
 		default:
 			m.cfg.Metrics.target(key, "error")

@@ -329,7 +329,7 @@ func (m *Mutator) selectTargets(ctx context.Context, ps *engine.PolicySet, p *mp
 	if err != nil {
 		return nil, err
 	}
-	var objSel labels.Selector = labels.Everything()
+	objSel := labels.Everything()
 	if mr.ObjectSelector != nil {
 		if objSel, err = metav1.LabelSelectorAsSelector(mr.ObjectSelector); err != nil {
 			return nil, fmt.Errorf("objectSelector: %w", err)

@@ -91,6 +91,10 @@ type MutateExistingConfig struct {
 	Component string
 	// Metrics receives the counters (nil: none).
 	Metrics *MutateExistingMetrics
+	// ExcludeNamespaces are namespaces whose objects, and the Namespaces
+	// of those names, are never targets (nil: DefaultCleanupExcludeNamespaces,
+	// Kyverno's default resourceFilters; empty: none).
+	ExcludeNamespaces []string
 }
 
 func (c *MutateExistingConfig) defaults() {
@@ -111,6 +115,9 @@ func (c *MutateExistingConfig) defaults() {
 	}
 	if c.Component == "" {
 		c.Component = "arbiter"
+	}
+	if c.ExcludeNamespaces == nil {
+		c.ExcludeNamespaces = DefaultCleanupExcludeNamespaces
 	}
 }
 
@@ -178,6 +185,7 @@ type Mutator struct {
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	queue       chan trigger
+	excluded    map[string]bool
 
 	queued, dropped, done, updated, unchanged, skipped, errs atomic.Uint64
 }
@@ -209,6 +217,10 @@ func NewMutator[S MutatorSnapshot](src Config, cfg MutateExistingConfig, current
 	if err != nil {
 		return nil, fmt.Errorf("kubesource: %w", err)
 	}
+	excluded := map[string]bool{}
+	for _, ns := range cfg.ExcludeNamespaces {
+		excluded[ns] = true
+	}
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: core.Events("")})
 	return &Mutator{
@@ -220,6 +232,7 @@ func NewMutator[S MutatorSnapshot](src Config, cfg MutateExistingConfig, current
 		broadcaster: b,
 		recorder:    b.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: cfg.Component}),
 		queue:       make(chan trigger, cfg.QueueSize),
+		excluded:    excluded,
 	}, nil
 }
 
@@ -476,6 +489,10 @@ func (m *Mutator) readTrigger(ctx context.Context, trig *admission.Request) (*un
 // mutateTarget evaluates the policy on one target and writes it when the
 // policy changed it, re-reading and evaluating again on a conflict.
 func (m *Mutator) mutateTarget(ctx context.Context, key string, trig *admission.Request, t mutateTarget) {
+	if m.excluded[t.namespace] || t.gvr.Group == "" && t.gvr.Resource == "namespaces" && m.excluded[t.name] {
+		m.log.Debug("mutate-existing target in an excluded namespace: not evaluated", "policy", key, "target", t.String())
+		return
+	}
 	obj := t.obj
 	for attempt := 0; ; attempt++ {
 		if obj == nil {

@@ -240,6 +240,9 @@ func NewMutator[S MutatorSnapshot](src Config, cfg MutateExistingConfig, current
 // policies (their keys); it never blocks: when the queue is full the
 // request is dropped, logged and counted.
 func (m *Mutator) Trigger(req *admission.Request, policies []string, revision uint64) {
+	if policies = m.notOwnWrite(req, policies); len(policies) == 0 {
+		return
+	}
 	select {
 	case m.queue <- trigger{req: req, policies: policies, revision: revision}:
 		m.queued.Add(1)
@@ -251,6 +254,30 @@ func (m *Mutator) Trigger(req *admission.Request, policies []string, revision ui
 		m.log.Warn("mutate-existing queue full: trigger dropped, its targets are not updated",
 			"policies", policies, "operation", req.Operation, "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "queue", cap(m.queue))
 	}
+}
+
+// notOwnWrite drops, from the policies a request sets off, those with
+// evaluation.skipBackgroundRequests (default true) when the request is
+// one of the Mutator's own updates (its field manager, Component): as
+// Kyverno's admission handler ignores its background controller's
+// requests, so that a policy whose trigger rules match its own targets'
+// updates is not set off again by them.
+func (m *Mutator) notOwnWrite(req *admission.Request, policies []string) []string {
+	if fm, _ := req.Options["fieldManager"].(string); fm != m.cfg.Component || req.Operation != admission.OpUpdate {
+		return policies
+	}
+	ps := m.current().PolicySet()
+	var out []string
+	for _, key := range policies {
+		p := ps.MutateExistingPolicy(key)
+		if p != nil && p.Spec.Evaluation != nil && p.Spec.Evaluation.SkipBackgroundRequests != nil && !*p.Spec.Evaluation.SkipBackgroundRequests {
+			out = append(out, key)
+		}
+	}
+	if len(out) < len(policies) {
+		m.log.Debug("mutate-existing: the Mutator's own update sets off no policy with skipBackgroundRequests", "trigger", describe(req))
+	}
+	return out
 }
 
 // Stats returns what the Mutator did so far.

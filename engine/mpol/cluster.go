@@ -56,17 +56,7 @@ func (s *Set) Triggered(rq *celeval.Request) []*Policy {
 
 // HasMutateExisting says whether a policy of the set has
 // evaluation.mutateExisting.enabled.
-func (s *Set) HasMutateExisting() bool {
-	if s.Empty() {
-		return false
-	}
-	for _, e := range s.entries {
-		if e.policy.Spec.MutateExistingEnabled() {
-			return true
-		}
-	}
-	return false
-}
+func (s *Set) HasMutateExisting() bool { return s != nil && s.mutateExisting }
 
 // Lookup returns the policy of the set whose key (Policy.Key) is key.
 func (s *Set) Lookup(key string) *Policy {

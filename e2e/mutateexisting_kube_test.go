@@ -63,7 +63,7 @@ spec:
       enabled: true
   matchConstraints:
     resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [secrets]}
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets]}
   matchConditions:
     - name: trigger
       expression: "object.metadata.name.startsWith('expr-trigger')"
@@ -81,7 +81,8 @@ spec:
 // TestMutateExistingThroughAPIServer: a dry-run trigger sets off nothing;
 // a trigger created through the API server updates the targets, except a
 // target already compliant (not written: its resourceVersion stays) and
-// one the targetMatchConditions exclude.
+// one the targetMatchConditions exclude; an updated trigger is read as
+// updated by the targetMatchConstraints expression.
 func TestMutateExistingThroughAPIServer(t *testing.T) {
 	api, kc := kubeEnv(t)
 	cs, err := kubernetes.NewForConfig(api.Config)
@@ -155,6 +156,7 @@ func TestMutateExistingThroughAPIServer(t *testing.T) {
 		return out
 	}
 	create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}})
+	create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "second"}})
 	create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "excluded", Labels: map[string]string{"excluded": "yes"}}})
 	eventually("the source stored the ConfigMaps", func() bool { return primary.status().Revision > rev })
 	plain := create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "plain"}})
@@ -236,4 +238,20 @@ func TestMutateExistingThroughAPIServer(t *testing.T) {
 	if n := strings.Count(primary.log.String(), "mutate-existing target updated"); n < 3 {
 		t.Fatalf("%d updates logged, want at least 3 (plain, plain-secret, settings):\n%s", n, tail(primary.log.String(), 30))
 	}
+
+	// An UPDATE of the expression's trigger: the expression reads the
+	// trigger as updated (the API server persists it after the webhook
+	// answered), so it selects the ConfigMap the new annotation names.
+	sec, err := secrets.Get(ctx, "expr-trigger-settings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Annotations["target"] = "second"
+	if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("second is annotated after the trigger's update", func() bool {
+		cm, err := cms.Get(ctx, "second", metav1.GetOptions{})
+		return err == nil && cm.Annotations["trigger"] == "expr-trigger-settings"
+	})
 }

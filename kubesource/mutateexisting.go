@@ -485,23 +485,30 @@ func (m *Mutator) expressionTargets(ctx context.Context, ps *engine.PolicySet, p
 }
 
 // readTrigger reads the trigger from the API server, waiting for it when
-// it is not there yet (the API server persists it after the admission
-// response); nil when it never appears.
+// it is not there yet, or, for an UPDATE, still at its old resourceVersion
+// (the API server persists it after the admission response): nil when a
+// created trigger never appears; the old object when an update never
+// lands (denied after the mutating webhook).
 func (m *Mutator) readTrigger(ctx context.Context, trig *admission.Request) (*unstructured.Unstructured, error) {
 	gvr := trig.Resource
 	if gvr.Resource == "" {
 		gvr = admission.ResourceFor(trig.Kind)
 	}
+	var oldVersion string
+	if trig.Operation == admission.OpUpdate && trig.OldObject != nil {
+		oldVersion = (&unstructured.Unstructured{Object: trig.OldObject}).GetResourceVersion()
+	}
 	deadline := time.Now().Add(m.cfg.TriggerWait)
 	wait := 50 * time.Millisecond
 	for {
 		obj, err := m.resource(gvr, trig.Namespace).Get(ctx, trig.Name, metav1.GetOptions{})
+		over := time.Now().After(deadline)
 		switch {
-		case err == nil:
+		case err == nil && (oldVersion == "" || obj.GetResourceVersion() != oldVersion || over || sameStoredContent(obj.Object, trig.Object)):
 			return obj, nil
-		case !apierrors.IsNotFound(err):
+		case err != nil && !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading the trigger %s: %w", describe(trig), err)
-		case time.Now().After(deadline):
+		case over:
 			return nil, nil
 		}
 		select {
@@ -511,6 +518,34 @@ func (m *Mutator) readTrigger(ctx context.Context, trig *admission.Request) (*un
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// sameStoredContent says whether two versions of an object are the same but for
+// the metadata the API server maintains (an UPDATE that changes nothing is
+// not persisted: the stored object keeps its resourceVersion).
+func sameStoredContent(a, b map[string]any) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	strip := func(o map[string]any) map[string]any {
+		out := make(map[string]any, len(o))
+		for k, v := range o {
+			out[k] = v
+		}
+		if md, ok := o["metadata"].(map[string]any); ok {
+			m := make(map[string]any, len(md))
+			for k, v := range md {
+				switch k {
+				case "resourceVersion", "managedFields", "generation", "creationTimestamp", "uid":
+				default:
+					m[k] = v
+				}
+			}
+			out["metadata"] = m
+		}
+		return out
+	}
+	return patch.Equal(strip(a), strip(b))
 }
 
 // mutateTarget evaluates the policy on one target and writes it when the

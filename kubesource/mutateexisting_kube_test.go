@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/arbiter-pdp/arbiter/engine/admission"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/server"
 )
@@ -148,5 +150,64 @@ func TestMutatorUpdatesTargets(t *testing.T) {
 	}
 	if st := m.Stats(); st.Queued != 2 {
 		t.Errorf("a trigger out of the policy's namespace was queued: %+v", st)
+	}
+}
+
+// TestReadTrigger: the expression's trigger is read as the API server
+// holds it after the request: an update once persisted (new
+// resourceVersion), a no-op update at once, an update that never lands
+// as the old object, a creation that never lands as nothing.
+func TestReadTrigger(t *testing.T) {
+	needAPIServer(t)
+	m, err := NewMutator(Config{Rest: apiserver.Config}, MutateExistingConfig{TriggerWait: 200 * time.Millisecond}, func() MutatorSnapshot { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := unique("readtrigger")
+	apply(t, namespace(ns, nil))
+	t.Cleanup(func() { remove(t, namespace(ns, nil)) })
+	cm := apply(t, map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "t", "namespace": ns}, "data": map[string]any{"k": "1"}})
+	request := func(op string, obj, old map[string]any) *admission.Request {
+		r := &admission.Request{Operation: op, Object: obj, OldObject: old}
+		r.Fill()
+		return r
+	}
+	changed := cm.DeepCopy()
+	changed.Object["data"] = map[string]any{"k": "2"}
+	ctx := context.Background()
+
+	// Never persisted: the old object, after the wait.
+	got, err := m.readTrigger(ctx, request(admission.OpUpdate, changed.Object, cm.Object))
+	if err != nil || got.GetResourceVersion() != cm.GetResourceVersion() {
+		t.Fatalf("an update that never lands: %v %v", got, err)
+	}
+	// A no-op update: the stored object.
+	if got, err := m.readTrigger(ctx, request(admission.OpUpdate, cm.Object, cm.Object)); err != nil || got.GetResourceVersion() != cm.GetResourceVersion() {
+		t.Fatalf("a no-op update: %v %v", got, err)
+	}
+	// Persisted while the trigger is read: the new version.
+	m.cfg.TriggerWait = 20 * time.Second
+	type result struct {
+		u   *unstructured.Unstructured
+		err error
+	}
+	out := make(chan result, 1)
+	go func() {
+		u, err := m.readTrigger(ctx, request(admission.OpUpdate, changed.Object, cm.Object))
+		out <- result{u, err}
+	}()
+	updated, err := kc.Dynamic.Resource(cmGVR).Namespace(ns).Update(ctx, changed, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-out
+	if r.err != nil || r.u.GetResourceVersion() != updated.GetResourceVersion() {
+		t.Fatalf("an update persisted meanwhile: read %v %v, want resourceVersion %s", r.u, r.err, updated.GetResourceVersion())
+	}
+	// A creation never persisted: nothing.
+	m.cfg.TriggerWait = 200 * time.Millisecond
+	absent := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "absent", "namespace": ns}}
+	if got, err := m.readTrigger(ctx, request(admission.OpCreate, absent, nil)); err != nil || got != nil {
+		t.Fatalf("a creation that never lands: %v %v", got, err)
 	}
 }

@@ -102,9 +102,11 @@ type Options struct {
 	// namespace and name, so a set's results are in a fixed order.
 	KeepOrder bool
 	// MutateExisting accepts MutatingPolicies that mutate existing
-	// resources (targetMatchConstraints, evaluation.mutateExisting), which
-	// are evaluated offline (arbiter test, arbiter apply). A server
-	// refuses them: it cannot read or write the cluster's resources yet.
+	// resources (targetMatchConstraints, evaluation.mutateExisting):
+	// offline (arbiter test, arbiter apply), and a server with the
+	// Kubernetes source, which reads and updates the targets through the
+	// API server (kubesource). A server without a cluster (push, --load)
+	// refuses them: it has no resources to mutate.
 	MutateExisting bool
 	// RefuseNamespacedHTTP refuses NamespacedValidatingPolicies and
 	// NamespacedMutatingPolicies whose expressions use http.*, as Kyverno
@@ -663,13 +665,13 @@ func (ps *PolicySet) finish() {
 }
 
 // mutateExistingRefused is the error of a mutate-existing MutatingPolicy
-// where they are not evaluated (a server).
+// where they are not evaluated (a server without a cluster).
 func mutateExistingRefused(o *manifest.Object, p *mpol.Policy) *manifest.LoadError {
 	field := "spec.evaluation.mutateExisting.enabled"
 	if p.Spec.TargetMatchConstraints != nil {
 		field = "spec.targetMatchConstraints"
 	}
-	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply): the server cannot read or update the cluster's resources yet")
+	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply) and by a server with the Kubernetes source (--kube-source), which updates the targets through the API server; this server has no cluster to read or update them (push or --load, or --kube-mutate-existing=false)")
 }
 
 // applier merges the apply configurations of mutations with the schemas

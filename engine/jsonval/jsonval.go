@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -160,6 +161,9 @@ func (m *Map) getShared(k string) (ref.Val, bool) {
 		return nil, false
 	}
 	v := Shared(raw)
+	// The cache outlives the evaluation: a key that is a slice of a
+	// request's bytes must not keep them.
+	k = strings.Clone(k)
 	for cached == nil || len(*cached) < maxSharedEntries {
 		var n []entry
 		if cached == nil {

@@ -303,6 +303,9 @@ func (rs *Reads) add(r Read) {
 	rs.mu.Lock()
 	if len(rs.reads) == cap(rs.reads) {
 		if rs.reads != nil {
+			if rs.full == nil {
+				rs.full = make([][]Read, 0, 4)
+			}
 			rs.full = append(rs.full, rs.reads)
 		}
 		rs.reads = make([]Read, 0, max(2, 2*cap(rs.reads)))

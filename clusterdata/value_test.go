@@ -2,6 +2,7 @@ package clusterdata
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -168,5 +169,25 @@ func TestContextGetResourceValueReads(t *testing.T) {
 	}
 	if _, err := (&Context{}).GetResourceValue(ctx, "v1", "configmaps", "a", "b"); err == nil || err.Error() != "resource.Get: "+ErrNoObjects.Error() {
 		t.Errorf("no objects: %v", err)
+	}
+}
+
+// Reads keeps every read across its chunks, and lists each once, in order.
+func TestReadsChunks(t *testing.T) {
+	var rs Reads
+	if rs.List() != nil {
+		t.Fatal("reads listed before any")
+	}
+	var want []Read
+	for i := 36; i >= 0; i-- {
+		r := Read{Op: OpGet, APIVersion: "v1", Resource: "configmaps", Namespace: "a", Name: fmt.Sprintf("cm%02d", i), Count: 1}
+		rs.add(r)
+		if i%5 == 0 {
+			rs.add(r) // read twice
+		}
+		want = append([]Read{r}, want...)
+	}
+	if got := rs.List(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("listed %d reads:\n%v\nwant %d:\n%v", len(got), got, len(want), want)
 	}
 }

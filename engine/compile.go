@@ -38,9 +38,9 @@ type Compiler struct {
 	exceptions map[string]cachedException
 	vap        vap.Cache
 	mapol      mapol.Cache
-	authz      map[string]cachedAuthz
-	dpol       map[string]cachedDeleting
-	gpol       map[string]cachedGenerating
+	authz      map[string]cached[*authz.Policy]
+	dpol       map[string]cached[*dpol.Policy]
+	gpol       map[string]cached[*gpol.Policy]
 	// indexes are the exception indexes of the last compilation, by
 	// policy: a policy whose exceptions are the same (compiled) ones
 	// keeps its index.
@@ -59,19 +59,31 @@ type cachedPolicy struct {
 	ivpol   *ivpol.Policy
 }
 
-type cachedAuthz struct {
+// cached is a compiled policy of a kind with one policy type, and the
+// version of the object it was compiled from.
+type cached[P any] struct {
 	version string
-	policy  *authz.Policy
+	policy  P
 }
 
-type cachedDeleting struct {
-	version string
-	policy  *dpol.Policy
-}
-
-type cachedGenerating struct {
-	version string
-	policy  *gpol.Policy
+// compileCached returns the policy compiled from o: the one in cache when
+// it was compiled from o's version, or compile's (then cached).
+func compileCached[P any](c *Compiler, cache map[string]cached[P], o *manifest.Object, compile func(*manifest.Object) (P, *manifest.LoadError)) (P, *manifest.LoadError) {
+	id, ver := o.ID(), o.ContentVersion()
+	c.mu.Lock()
+	e, ok := cache[id]
+	c.mu.Unlock()
+	if ok && e.version == ver {
+		return e.policy, nil
+	}
+	p, lerr := compile(o)
+	if lerr != nil {
+		return p, lerr
+	}
+	c.mu.Lock()
+	cache[id] = cached[P]{version: ver, policy: p}
+	c.mu.Unlock()
+	return p, nil
 }
 
 type cachedException struct {
@@ -89,9 +101,9 @@ func NewCompiler() (*Compiler, error) {
 		env:        env,
 		policies:   map[string]cachedPolicy{},
 		exceptions: map[string]cachedException{},
-		authz:      map[string]cachedAuthz{},
-		dpol:       map[string]cachedDeleting{},
-		gpol:       map[string]cachedGenerating{},
+		authz:      map[string]cached[*authz.Policy]{},
+		dpol:       map[string]cached[*dpol.Policy]{},
+		gpol:       map[string]cached[*gpol.Policy]{},
 	}, nil
 }
 
@@ -466,23 +478,13 @@ func (c *Compiler) compileAuthz(objs []*manifest.Object) ([]*authz.Policy, manif
 	}
 	var out []*authz.Policy
 	var errs manifest.LoadErrors
+	compile := func(o *manifest.Object) (*authz.Policy, *manifest.LoadError) { return authz.Compile(env, o) }
 	for _, o := range objs {
-		id, ver := o.ID(), o.ContentVersion()
-		c.mu.Lock()
-		cached, ok := c.authz[id]
-		c.mu.Unlock()
-		if ok && cached.version == ver {
-			out = append(out, cached.policy)
-			continue
-		}
-		p, lerr := authz.Compile(env, o)
+		p, lerr := compileCached(c, c.authz, o, compile)
 		if lerr != nil {
 			errs = append(errs, lerr)
 			continue
 		}
-		c.mu.Lock()
-		c.authz[id] = cachedAuthz{version: ver, policy: p}
-		c.mu.Unlock()
 		out = append(out, p)
 	}
 	return out, errs
@@ -493,21 +495,12 @@ func (c *Compiler) compileAuthz(objs []*manifest.Object) ([]*authz.Policy, manif
 func (c *Compiler) compileDeleting(objs []*manifest.Object, opts Options) ([]*dpol.Policy, manifest.LoadErrors) {
 	var out []*dpol.Policy
 	var errs manifest.LoadErrors
+	compile := func(o *manifest.Object) (*dpol.Policy, *manifest.LoadError) { return dpol.Compile(c.env, o) }
 	for _, o := range objs {
-		id, ver := o.ID(), o.ContentVersion()
-		c.mu.Lock()
-		cached, ok := c.dpol[id]
-		c.mu.Unlock()
-		p := cached.policy
-		if !ok || cached.version != ver {
-			var lerr *manifest.LoadError
-			if p, lerr = dpol.Compile(c.env, o); lerr != nil {
-				errs = append(errs, lerr)
-				continue
-			}
-			c.mu.Lock()
-			c.dpol[id] = cachedDeleting{version: ver, policy: p}
-			c.mu.Unlock()
+		p, lerr := compileCached(c, c.dpol, o, compile)
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
 		}
 		if opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP() {
 			errs = append(errs, manifest.Errorf(o, "spec", "Forbidden: %s", kyvernocel.HTTPNotAllowedValidationMessage))
@@ -524,21 +517,12 @@ func (c *Compiler) compileDeleting(objs []*manifest.Object, opts Options) ([]*dp
 func (c *Compiler) compileGenerating(objs []*manifest.Object, opts Options) ([]*gpol.Policy, manifest.LoadErrors) {
 	var out []*gpol.Policy
 	var errs manifest.LoadErrors
+	compile := func(o *manifest.Object) (*gpol.Policy, *manifest.LoadError) { return gpol.Compile(c.env, o) }
 	for _, o := range objs {
-		id, ver := o.ID(), o.ContentVersion()
-		c.mu.Lock()
-		cached, ok := c.gpol[id]
-		c.mu.Unlock()
-		p := cached.policy
-		if !ok || cached.version != ver {
-			var lerr *manifest.LoadError
-			if p, lerr = gpol.Compile(c.env, o); lerr != nil {
-				errs = append(errs, lerr)
-				continue
-			}
-			c.mu.Lock()
-			c.gpol[id] = cachedGenerating{version: ver, policy: p}
-			c.mu.Unlock()
+		p, lerr := compileCached(c, c.gpol, o, compile)
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
 		}
 		if opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP() {
 			errs = append(errs, manifest.Errorf(o, "spec", "Forbidden: %s", kyvernocel.HTTPNotAllowedValidationMessage))

@@ -31,24 +31,15 @@ func structWireValue(b []byte) (map[string]any, manifest.Sizes, error) {
 	m := make(map[string]any, countWire(b, 1))
 	var sizes manifest.Sizes
 	replaced := false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, sizes, errBadWire
+	for {
+		entry, rest, ok, err := field1(b)
+		if err != nil {
+			return nil, sizes, err
 		}
-		b = b[n:]
-		if num != 1 || typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return nil, sizes, errBadWire
-			}
-			b = b[n:]
-			continue
+		if !ok {
+			break
 		}
-		entry, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return nil, sizes, errBadWire
-		}
-		b = b[n:]
+		b = rest
 		key, val, err := mapEntryWire(entry)
 		if err != nil {
 			return nil, sizes, err
@@ -179,24 +170,15 @@ func valueWire(b []byte) (any, manifest.Sizes, error) {
 func listWireValue(b []byte) ([]any, manifest.Sizes, error) {
 	l := make([]any, 0, countWire(b, 1))
 	var sizes manifest.Sizes
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, sizes, errBadWire
+	for {
+		v, rest, ok, err := field1(b)
+		if err != nil {
+			return nil, sizes, err
 		}
-		b = b[n:]
-		if num != 1 || typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return nil, sizes, errBadWire
-			}
-			b = b[n:]
-			continue
+		if !ok {
+			break
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return nil, sizes, errBadWire
-		}
-		b = b[n:]
+		b = rest
 		e, es, err := valueWire(v)
 		if err != nil {
 			return nil, sizes, err
@@ -206,6 +188,32 @@ func listWireValue(b []byte) ([]any, manifest.Sizes, error) {
 	}
 	n := uint64(len(l))
 	return l, sizes.Max(manifest.Sizes{Entries: n, Length: n}), nil
+}
+
+// field1 returns the next length-delimited field 1 of the encoded message
+// b (a Struct's map entry, a ListValue's value) and what follows it,
+// skipping the other fields; ok is false at the end of b.
+func field1(b []byte) (v, rest []byte, ok bool, err error) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, nil, false, errBadWire
+		}
+		b = b[n:]
+		if num != 1 || typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return nil, nil, false, errBadWire
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return nil, nil, false, errBadWire
+		}
+		return v, b[n:], true, nil
+	}
+	return nil, nil, false, nil
 }
 
 // countWire counts the length-delimited fields num of the encoded message

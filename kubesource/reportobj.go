@@ -2,6 +2,7 @@ package kubesource
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"maps"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -184,7 +184,7 @@ func stampsOf(results []any) []stamp {
 	for _, r := range results {
 		rm, _ := r.(map[string]any)
 		if ts, ok := rm["timestamp"]; ok {
-			out = append(out, stamp{key: maphash.String(stampSeed, resultKey(rm)), ts: ts})
+			out = append(out, stamp{key: resultKey(rm), ts: ts})
 		}
 	}
 	return out
@@ -220,7 +220,7 @@ func reportBody(base metav1.ObjectMeta, want *unstructured.Unstructured, prev []
 	stamps := make([]stamp, 0, len(results))
 	for i, r := range results {
 		rm, _ := r.(map[string]any)
-		key := maphash.String(stampSeed, resultKey(rm))
+		key := resultKey(rm)
 		ts, ok := old[key]
 		if !ok {
 			ts = rm["timestamp"]
@@ -244,41 +244,50 @@ func reportBody(base metav1.ObjectMeta, want *unstructured.Unstructured, prev []
 	return b, stamps, err
 }
 
-// resultKey identifies a result without its timestamp: its fields, sorted,
-// with their values.
-func resultKey(r map[string]any) string {
-	var b strings.Builder
-	writeKeyed(&b, r, "timestamp")
-	return b.String()
+// resultKey identifies a result without its timestamp: the hash of its
+// fields, sorted, with their values.
+func resultKey(r map[string]any) uint64 {
+	var h maphash.Hash
+	h.SetSeed(stampSeed)
+	hashKeyed(&h, r, "timestamp")
+	return h.Sum64()
 }
 
-func writeKeyed(b *strings.Builder, m map[string]any, skip string) {
-	keys := make([]string, 0, len(m))
+func hashKeyed(h *maphash.Hash, m map[string]any, skip string) {
+	var buf [16]string
+	keys := buf[:0]
 	for k := range m {
 		if k != skip {
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
-	b.WriteByte('{')
+	var n [8]byte
+	str := func(s string) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		_, _ = h.Write(n[:])
+		_, _ = h.WriteString(s)
+	}
+	_ = h.WriteByte('{')
 	for _, k := range keys {
-		b.WriteString(strconv.Quote(k))
-		b.WriteByte(':')
+		str(k)
 		switch v := m[k].(type) {
 		case string:
-			b.WriteString(strconv.Quote(v))
-		case map[string]any:
-			writeKeyed(b, v, "")
-		case map[string]string:
-			c := make(map[string]any, len(v))
-			for k, x := range v {
-				c[k] = x
+			_ = h.WriteByte('s')
+			str(v)
+		case bool:
+			_ = h.WriteByte('b')
+			if v {
+				_ = h.WriteByte(1)
+			} else {
+				_ = h.WriteByte(0)
 			}
-			writeKeyed(b, c, "")
+		case map[string]any:
+			hashKeyed(h, v, "")
 		default:
-			fmt.Fprintf(b, "%#v", v)
+			_ = h.WriteByte('v')
+			str(fmt.Sprintf("%T %#v", v, v))
 		}
-		b.WriteByte(',')
 	}
-	b.WriteByte('}')
+	_ = h.WriteByte('}')
 }

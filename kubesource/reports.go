@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -151,10 +152,10 @@ type wrote struct {
 }
 
 type scanner struct {
-	s    *Source
-	cfg  ReportsConfig
-	log  *slog.Logger
-	dyn  dynamic.Interface // rate-limited (QPS, Burst): the report writes
+	s   *Source
+	cfg ReportsConfig
+	log *slog.Logger
+	dyn dynamic.Interface // rate-limited (QPS, Burst): the report writes
 	// rw writes reports (rate-limited likewise) and reads back only their
 	// metadata.
 	rw   *rest.RESTClient
@@ -242,6 +243,9 @@ func newScanner(s *Source, cfg ReportsConfig) (*scanner, error) {
 	cfg.defaults()
 	rc := *s.cfg.Rest
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	// One budget for every request about the reports (writes, reads of a
+	// changed one, deletions).
+	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	dyn, err := dynamic.NewForConfig(&rc)
 	if err != nil {
 		return nil, err
@@ -762,12 +766,12 @@ type scanTarget struct {
 type job struct {
 	// obj is the object scanned (zero for the report of an object gone):
 	// a failed write scans it again.
-	obj      objRef
-	ref      reportRef
-	cluster  bool
-	want   *unstructured.Unstructured
-	canon  string
-	digest string
+	obj     objRef
+	ref     reportRef
+	cluster bool
+	want    *unstructured.Unstructured
+	canon   string
+	digest  string
 	// existing is the stored report's metadata (nil: none known).
 	existing *metav1.PartialObjectMetadata
 }

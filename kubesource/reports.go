@@ -451,9 +451,16 @@ func (sc *scanner) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-sc.wake:
-			select {
-			case <-ctx.Done():
-			case <-time.After(sc.cfg.Delay):
+			// Object changes are gathered for Delay; a full scan (an
+			// informer listed) does not wait.
+			sc.mu.Lock()
+			full := sc.full
+			sc.mu.Unlock()
+			if !full {
+				select {
+				case <-ctx.Done():
+				case <-time.After(sc.cfg.Delay):
+				}
 			}
 		case <-next:
 		case <-tick.C:

@@ -184,6 +184,9 @@ type scanner struct {
 	wg        sync.WaitGroup
 
 	n *ScanCounters
+	// reads counts the reports read whole (changed by someone else, or
+	// written by an earlier term without the digest).
+	reads atomic.Uint64
 }
 
 // ScanCounters count what the background scans did. One value may be
@@ -899,7 +902,7 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 	if writes == 0 && !full {
 		sc.log.Debug("background scan", "revision", rev, "objects", len(targets))
 	} else {
-		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", writes, "evaluated_in", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
+		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", writes, "reports_read", sc.reads.Load(), "evaluated_in", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
 	}
 	return expiry, err
 }
@@ -1104,6 +1107,7 @@ func (sc *scanner) put(ctx context.Context, j *job, base metav1.ObjectMeta, prev
 // readReport reads the stored report of j whole (nil: none); matches says it
 // holds what j wants (then remembered as written).
 func (sc *scanner) readReport(ctx context.Context, j *job) (cur *unstructured.Unstructured, matches bool, err error) {
+	sc.reads.Add(1)
 	cur, err = sc.client(j).Get(ctx, j.ref.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, false, nil

@@ -1171,7 +1171,8 @@ func (sc *scanner) writeOne(ctx context.Context, j *job) error {
 			if cur != nil {
 				results, _ := cur.Object["results"].([]any)
 				prev = stampsOf(results)
-				if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(cur.Object["metadata"].(map[string]any), &base); err != nil {
+				md, _ := cur.Object["metadata"].(map[string]any)
+				if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(md, &base); err != nil {
 					return fmt.Errorf("reading the report %s/%s: %w", j.ref.ns, j.ref.name, err)
 				}
 			}

@@ -55,6 +55,7 @@ test: proto-check lint
 	# The server's own decoding of DecideRequest and of a Struct, against the libraries'.
 	$(GO) test -run '^$$' -fuzz 'FuzzServerDecideRequest$$' -fuzztime $(FUZZ_CODEC_EXECS) ./proto/arbiter/v1
 	$(GO) test -run '^$$' -fuzz 'FuzzStructValue$$' -fuzztime $(FUZZ_CODEC_EXECS) ./convert
+	$(GO) test -run '^$$' -fuzz 'FuzzStructWire$$' -fuzztime $(FUZZ_CODEC_EXECS) ./convert
 	# Against a real kube-apiserver (built once per machine, then cached).
 	@if [ -x "$(K8S_RUN)" ]; then $(MAKE) --no-print-directory test-k8s; \
 	else echo "make test: $(K8S_RUN) not found: the tests against a real kube-apiserver were skipped"; fi
@@ -112,12 +113,14 @@ hostile:
 	ARBITER_HOSTILE_N=$(HOSTILE_N) $(GO) test -run '^TestHostileRequests$$' -count=1 -v -timeout 30m ./server/
 
 # Fuzz Decide and the manifest write path (random and hostile inputs), and
-# the server's decoding of DecideRequest against the standard codec.
+# the server's decoding of DecideRequest (its objects read from the wire
+# included) against the standard codec.
 fuzz-server:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime 200000x ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzWriteManifest$$' -fuzztime 200000x ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzServerDecideRequest$$' -fuzztime 1000000x ./proto/arbiter/v1/
 	$(GO) test -run '^$$' -fuzz '^FuzzStructSize$$' -fuzztime 200000x ./server/limits/
+	$(GO) test -run '^$$' -fuzz '^FuzzStructWire$$' -fuzztime 1000000x ./convert/
 
 # Regenerates proto/arbiter/v1/*.pb.go with the tools pinned in tools/go.mod.
 proto:
@@ -153,6 +156,7 @@ conformance: build
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --dir kyverno-policies
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --kinds ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --kinds ValidatingPolicy,NamespacedValidatingPolicy,MutatingPolicy,PolicyException
+	python3 ../shared/conformance/run-kyverno-suites $(BIN) --kinds GeneratingPolicy,PolicyException
 	python3 ../shared/conformance/run-kyverno-suites $(BIN) --dir kyverno-cli-more --case test-mutating-policy --case test-context-apicall-mpol --case test-context-configmap-mpol --case test-mutating-admission-policy
 
 # Kyverno's chainsaw tests of the policy library (CHAINSAW_SUITES under

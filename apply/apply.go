@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -98,6 +99,10 @@ type outcome struct {
 	// and admitted the same as JSON (-o yaml).
 	object, admitted []byte
 	mutated          map[string]any
+	// generated are the objects the GeneratingPolicies would create from
+	// the resource (-o json, yaml); generatedJSON the same as JSON (-o yaml).
+	generated     []map[string]any
+	generatedJSON [][]byte
 }
 
 func newOutcome(res *manifest.Object, namespace string) outcome {
@@ -201,9 +206,16 @@ func applyJSONPatch(object, p []byte) (map[string]any, error) {
 	return patch.ApplyJSONPatch(obj, ops)
 }
 
-// appendAdmitted appends the admitted resource of a mutated outcome as an
-// element of the -o json array, before its report.
+// appendAdmitted appends the admitted resource of a mutated outcome, then
+// the objects the GeneratingPolicies would create from it, as elements of
+// the -o json array, before its report.
 func (oc *outcome) appendAdmitted(buf []byte) []byte {
+	for _, g := range oc.generated {
+		if out, err := jsonenc.AppendIndent(buf, g, "  ", "  "); err == nil {
+			buf = append(out, ",\n  "...)
+		}
+	}
+	oc.generated = nil
 	if oc.mutated == nil {
 		return buf
 	}
@@ -268,7 +280,14 @@ func (oc *outcome) finish(format string, buf []byte, cache *report.ResultCache) 
 	if oc.mutated != nil && format == "yaml" {
 		oc.admitted, _ = jsonenc.AppendValue(nil, oc.mutated)
 	}
-	oc.mutated = nil
+	if format == "yaml" {
+		for _, g := range oc.generated {
+			if js, err := jsonenc.AppendValue(nil, g); err == nil {
+				oc.generatedJSON = append(oc.generatedJSON, js)
+			}
+		}
+	}
+	oc.mutated, oc.generated = nil, nil
 	oc.report = rep
 	return nil
 }
@@ -356,7 +375,8 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		if _, err := RequestFor(&manifest.Object{}, o.Operation, mode); err != nil {
 			return err // an unknown --operation
 		}
-		ps, err := Compile(in.objects, engine.Options{MutateExisting: true}, o.Stderr)
+		// Mutate-existing and generating policies are evaluated offline.
+		ps, err := Compile(in.objects, engine.Options{MutateExisting: true, Generating: true}, o.Stderr)
 		if err != nil {
 			return err
 		}
@@ -387,10 +407,11 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	} else {
 		reports := make([]report.Report, len(outcomes))
 		admitted := make([][]byte, len(outcomes))
+		generated := make([][][]byte, len(outcomes))
 		for i := range outcomes {
-			reports[i], admitted[i] = outcomes[i].report, outcomes[i].admitted
+			reports[i], admitted[i], generated[i] = outcomes[i].report, outcomes[i].admitted, outcomes[i].generatedJSON
 		}
-		if err := writeReports(out, o.Output, reports, admitted); err != nil {
+		if err := writeReports(out, o.Output, reports, admitted, generated); err != nil {
 			return err
 		}
 	}
@@ -413,6 +434,20 @@ func failed(outcomes []outcome, failOn string) bool {
 	return false
 }
 
+// generatedNames names generated objects for the table: kind and
+// namespace/name, comma-separated.
+func generatedNames(objs []map[string]any) string {
+	names := make([]string, len(objs))
+	for i, o := range objs {
+		kind, _ := o["kind"].(string)
+		md, _ := o["metadata"].(map[string]any)
+		name, _ := md["name"].(string)
+		ns, _ := md["namespace"].(string)
+		names[i] = resourceName(kind, ns, name)
+	}
+	return strings.Join(names, ", ")
+}
+
 // decideLocal evaluates every resource on the compiled set, in parallel,
 // decoding each as it goes.
 func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Context, resources []resourceDoc, operation string, mode admission.Mode, iv kyvernocel.ImageVerifier, prog *progress, fin *finisher) ([]outcome, error) {
@@ -430,6 +465,22 @@ func decideLocal(ctx context.Context, ps *engine.PolicySet, libs *clusterdata.Co
 		d := ps.Evaluate(ctx, req, &engine.EvalOptions{ObjectSizes: sizes, Context: libs, ImageVerifier: iv})
 		if fin.format == "json" || fin.format == "yaml" {
 			outcomes[i].mutated = d.Mutated
+		}
+		// The GeneratingPolicies' results follow the admission results;
+		// what they generate is shown (-o json, yaml) or named (table).
+		if ps.HasGenerating() {
+			for _, g := range ps.Generate(ctx, req, &engine.EvalOptions{Context: libs, ImageVerifier: iv}) {
+				r := g.Result
+				switch fin.format {
+				case "json", "yaml":
+					outcomes[i].generated = append(outcomes[i].generated, g.Generated...)
+				case "table":
+					if len(g.Generated) > 0 {
+						r.Message = "generated " + generatedNames(g.Generated)
+					}
+				}
+				d.Results = append(d.Results, r)
+			}
 		}
 		// The mutated resource is at hand: no patch to it is needed.
 		d.Mutated = nil

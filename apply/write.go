@@ -20,14 +20,27 @@ import (
 
 // writeReports writes the reports (-o table, yaml, junit); with -o yaml,
 // the resource as it would be admitted (admitted[i], JSON) comes before
-// the report of each resource the mutations changed.
-func writeReports(out io.Writer, format string, reports []report.Report, admitted [][]byte) error {
+// the report of each resource the mutations changed, and the objects the
+// GeneratingPolicies would create from it (generated[i], JSON) before that.
+func writeReports(out io.Writer, format string, reports []report.Report, admitted [][]byte, generated [][][]byte) error {
 	switch format {
 	case "yaml":
 		w := textout.New(out)
 		for i, r := range reports {
 			if i > 0 {
 				w.Println("---")
+			}
+			if i < len(generated) {
+				for _, g := range generated[i] {
+					b, err := yaml.JSONToYAML(g)
+					if err != nil {
+						return err
+					}
+					if _, err := w.Write(b); err != nil {
+						return err
+					}
+					w.Println("---")
+				}
 			}
 			if i < len(admitted) && admitted[i] != nil {
 				b, err := yaml.JSONToYAML(admitted[i])

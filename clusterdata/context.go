@@ -8,10 +8,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/google/cel-go/common/types/ref"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/engine/jsonval"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 )
 
@@ -94,17 +96,53 @@ func (c *Context) GetResource(ctx context.Context, apiVersion, resource, namespa
 		return nil, fmt.Errorf("resource.Get: %w", ErrNoObjects)
 	}
 	obj, err := c.Resources.GetResource(ctx, apiVersion, resource, namespace, name)
-	if c.Reads != nil {
-		r := Read{Op: OpGet, APIVersion: apiVersion, Resource: resource, Namespace: namespace, Name: name}
-		switch {
-		case err == nil:
-			r.Count = 1
-		case !apierrors.IsNotFound(err):
-			r.Error = err.Error()
-		}
-		c.Reads.add(r)
-	}
+	c.readGet(apiVersion, resource, namespace, name, err)
 	return obj, err
+}
+
+// valueReader is a Reader that gives the CEL values of its objects
+// (kyvernocel.ResourceValueContext), as a *View does.
+type valueReader interface {
+	Reader
+	kyvernocel.ResourceValueContext
+}
+
+var (
+	_ kyvernocel.ResourceValueContext = (*Context)(nil)
+	_ valueReader                     = (*View)(nil)
+)
+
+// GetResourceValue implements kyvernocel.ResourceValueContext: the value of
+// the Resources' object when they give values (a *View), else the
+// conversion of the object GetResource returns. The read is recorded as
+// GetResource records it.
+func (c *Context) GetResourceValue(ctx context.Context, apiVersion, resource, namespace, name string) (ref.Val, error) {
+	vr, ok := c.Resources.(valueReader)
+	if !ok {
+		obj, err := c.GetResource(ctx, apiVersion, resource, namespace, name)
+		if err != nil || obj == nil {
+			return nil, err
+		}
+		return jsonval.Of(obj.UnstructuredContent()), nil
+	}
+	val, err := vr.GetResourceValue(ctx, apiVersion, resource, namespace, name)
+	c.readGet(apiVersion, resource, namespace, name, err)
+	return val, err
+}
+
+// readGet records a resource.Get.
+func (c *Context) readGet(apiVersion, resource, namespace, name string, err error) {
+	if c.Reads == nil {
+		return
+	}
+	r := Read{Op: OpGet, APIVersion: apiVersion, Resource: resource, Namespace: namespace, Name: name}
+	switch {
+	case err == nil:
+		r.Count = 1
+	case !apierrors.IsNotFound(err):
+		r.Error = err.Error()
+	}
+	c.Reads.add(r)
 }
 
 // PostResource implements kyvernocel.ResourceContext.
@@ -252,16 +290,28 @@ func (r Read) String() string {
 // Reads records the reads of one decision. The zero value is ready; it is
 // safe for concurrent use.
 type Reads struct {
-	mu    sync.Mutex
+	mu sync.Mutex
+	// reads is the chunk being filled; full are the chunks filled before
+	// it, each half the size of the next (reads are never copied as more
+	// arrive).
 	reads []Read
+	full  [][]Read
+	n     int
 }
 
 func (rs *Reads) add(r Read) {
 	rs.mu.Lock()
-	if rs.reads == nil {
-		rs.reads = make([]Read, 0, 2)
+	if len(rs.reads) == cap(rs.reads) {
+		if rs.reads != nil {
+			if rs.full == nil {
+				rs.full = make([][]Read, 0, 4)
+			}
+			rs.full = append(rs.full, rs.reads)
+		}
+		rs.reads = make([]Read, 0, max(2, 2*cap(rs.reads)))
 	}
 	rs.reads = append(rs.reads, r)
+	rs.n++
 	rs.mu.Unlock()
 }
 
@@ -273,10 +323,14 @@ func (rs *Reads) List() []Read {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if len(rs.reads) == 0 {
+	if rs.n == 0 {
 		return nil
 	}
-	out := append([]Read(nil), rs.reads...)
+	out := make([]Read, 0, rs.n)
+	for _, c := range rs.full {
+		out = append(out, c...)
+	}
+	out = append(out, rs.reads...)
 	sort.Slice(out, func(i, j int) bool { return readLess(out[i], out[j]) })
 	n := 0
 	for i := range out {

@@ -168,3 +168,60 @@ func TestReadString(t *testing.T) {
 		}
 	}
 }
+
+// readerOnly hides a view's values (clusterdata.Context then converts the
+// object GetResource returns, as it does for a live cluster).
+type readerOnly struct{ clusterdata.Reader }
+
+// resource.Get in a decision reads the same from a view's shared values as
+// from a conversion of the object per read: results, messages, costs and
+// reads.
+func TestGetValueDecisionsAgree(t *testing.T) {
+	withData := configMap("full", "a", map[string]any{"team": "a"})
+	withData.Content["data"] = map[string]any{"k": "v", "n": "3", "list": "a,b"}
+	view := clusterdata.New([]*manifest.Object{withData, configMap("full", "b", nil), configMap("kube-system", "limits", nil)})
+	get := `resource.Get("v1", "configmaps", "full", "a")`
+	for _, expr := range []string{
+		get + `.data.k == "v"`,
+		get + `.data.k == "w"`,
+		`dyn(resource.Get("v1", "configmaps", "full", "zz")) == null`,
+		`has(` + get + `.metadata.labels) && !has(` + get + `.metadata.annotations)`,
+		`dyn(` + get + `.data).all(k, k in ["k", "n", "list"])`,
+		`dyn(` + get + `.data).exists(k, ` + get + `.data[k] == "3")`,
+		get + ` == ` + get,
+		get + ` == resource.Get("v1", "configmaps", "full", "b")`,
+		get + `.data.nokey == "x"`,
+		`dyn(resource.Get("not/a/version", "configmaps", "full", "a")) == null`,
+		`dyn(resource.Get("v1", "nothings", "full", "a")) == null`,
+		`int(` + get + `.data.n) + size(` + get + `.data.list.split(",")) == 5`,
+		`resource.Get("v1", "configmaps", object.metadata.namespace, "a").metadata.name == "a"`,
+		`[resource.Get("v1", "configmaps", "full", "a"), resource.Get("v1", "configmaps", "full", "b")].map(o, o.metadata.name) == ["a", "b"]`,
+		`resource.List("v1", "configmaps", "full").items[0] == ` + get,
+	} {
+		doc := `{"apiVersion":"policies.kyverno.io/v1","kind":"ValidatingPolicy","metadata":{"name":"p"},"spec":{
+			"validationActions":["Deny"],
+			"matchConstraints":{"resourceRules":[{"apiGroups":[""],"apiVersions":["v1"],"operations":["CREATE"],"resources":["configmaps"]}]},
+			"validations":[{"expression":` + strconvQuote(expr) + `,"messageExpression":` + strconvQuote(`'read ' + string(`+get+`.data.k)`) + `}]}}`
+		content, err := manifest.DecodeJSON([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := engine.Compile([]*manifest.Object{manifest.NewObject("test", content)}, engine.Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		var decisions []*engine.Decision
+		var reads [][]clusterdata.Read
+		for _, r := range []clusterdata.Reader{view, readerOnly{view}, view} {
+			c := &clusterdata.Context{Resources: r, Reads: &clusterdata.Reads{}}
+			decisions = append(decisions, ps.Evaluate(context.Background(), request("full", "new"), &engine.EvalOptions{Context: c}))
+			reads = append(reads, c.Reads.List())
+		}
+		for i := 1; i < len(decisions); i++ {
+			if !reflect.DeepEqual(decisions[i], decisions[0]) || !reflect.DeepEqual(reads[i], reads[0]) {
+				t.Errorf("%s: decision %d:\n%+v\n%v\nwant\n%+v\n%v", expr, i, decisions[i], reads[i], decisions[0], reads[0])
+			}
+		}
+		t.Logf("%s: allowed %v, %q, %d reads", expr, decisions[0].Allowed, decisions[0].Message, len(reads[0]))
+	}
+}

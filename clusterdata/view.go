@@ -7,12 +7,16 @@ import (
 	"iter"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 
+	"github.com/google/cel-go/common/types/ref"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/arbiter-pdp/arbiter/engine/jsonval"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
@@ -82,9 +86,14 @@ type kindBucket struct {
 // nsBucket holds the objects of one kind in one namespace, sorted by name.
 // items[i] wraps objs[i].Content.
 type nsBucket struct {
+	// names are the objects' names, copied into one string so that a
+	// lookup's binary search reads contiguous memory, not each object's.
 	names []string
 	objs  []*manifest.Object
 	items []unstructured.Unstructured
+	// vals[i] is the CEL value of objs[i].Content (jsonval.SharedMap), made
+	// on its first read and kept by the buckets that keep the object.
+	vals []atomic.Pointer[jsonval.Map]
 	// labels[i] is objs[i]'s metadata.labels (nil when it has none), for
 	// label selection without walking the objects.
 	labels []map[string]any
@@ -342,18 +351,24 @@ func (nb *nsBucket) apply(changes map[string]*manifest.Object) (*nsBucket, int) 
 	var oldNames []string
 	var oldObjs []*manifest.Object
 	var oldItems []unstructured.Unstructured
+	var oldVals []atomic.Pointer[jsonval.Map]
 	if nb != nil {
-		oldNames, oldObjs, oldItems = nb.names, nb.objs, nb.items
+		oldNames, oldObjs, oldItems, oldVals = nb.names, nb.objs, nb.items, nb.vals
 	}
 	size := len(oldNames) + len(names)
 	out := &nsBucket{names: make([]string, 0, size), objs: make([]*manifest.Object, 0, size), items: make([]unstructured.Unstructured, 0, size)}
+	vals := make([]atomic.Pointer[jsonval.Map], size)
+	keep := func(i int) {
+		vals[len(out.names)].Store(oldVals[i].Load())
+		out.names = append(out.names, oldNames[i])
+		out.objs = append(out.objs, oldObjs[i])
+		out.items = append(out.items, oldItems[i])
+	}
 	delta := 0
 	i := 0
 	for _, n := range names {
 		for i < len(oldNames) && oldNames[i] < n {
-			out.names = append(out.names, oldNames[i])
-			out.objs = append(out.objs, oldObjs[i])
-			out.items = append(out.items, oldItems[i])
+			keep(i)
 			i++
 		}
 		existed := i < len(oldNames) && oldNames[i] == n
@@ -373,12 +388,14 @@ func (nb *nsBucket) apply(changes map[string]*manifest.Object) (*nsBucket, int) 
 			delta--
 		}
 	}
-	out.names = append(out.names, oldNames[i:]...)
-	out.objs = append(out.objs, oldObjs[i:]...)
-	out.items = append(out.items, oldItems[i:]...)
+	for ; i < len(oldNames); i++ {
+		keep(i)
+	}
 	if len(out.names) == 0 {
 		return nil, delta
 	}
+	out.vals = vals[:len(out.names)]
+	packNames(out.names)
 	out.labels = make([]map[string]any, len(out.objs))
 	for i, o := range out.objs {
 		if v := o.VersionOnly(); !slices.Contains(out.versions, v) {
@@ -389,6 +406,38 @@ func (nb *nsBucket) apply(changes map[string]*manifest.Object) (*nsBucket, int) 
 	}
 	sort.Strings(out.versions)
 	return out, delta
+}
+
+// packNames makes names slices of one string holding them all.
+func packNames(names []string) {
+	n := 0
+	for _, s := range names {
+		n += len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, s := range names {
+		b.WriteString(s)
+	}
+	all := b.String()
+	off := 0
+	for i, s := range names {
+		names[i] = all[off : off+len(s)]
+		off += len(s)
+	}
+}
+
+// value returns the CEL value of the i-th object, made once.
+func (nb *nsBucket) value(i int) *jsonval.Map {
+	p := &nb.vals[i]
+	if m := p.Load(); m != nil {
+		return m
+	}
+	m := jsonval.SharedMap(nb.objs[i].Content)
+	if p.CompareAndSwap(nil, m) {
+		return m
+	}
+	return p.Load()
 }
 
 var crdGK = schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}
@@ -445,18 +494,39 @@ func (v *View) resolve(apiVersion, resource string) (*Mapping, *kindBucket, sche
 // does not convert between versions). A missing object, or a resource the
 // mapping does not know, is a NotFound error, as a cluster answers.
 func (v *View) GetResource(_ context.Context, apiVersion, resource, namespace, name string) (*unstructured.Unstructured, error) {
-	mp, b, gvr, err := v.resolve(apiVersion, resource)
+	nb, i, err := v.lookup(apiVersion, resource, namespace, name)
 	if err != nil {
 		return nil, err
+	}
+	return &nb.items[i], nil
+}
+
+// GetResourceValue is GetResource returning the object's CEL value
+// (kyvernocel.ResourceValueContext): one value per stored object, made on
+// its first read and shared by every later read, concurrent ones
+// included, as objects never change.
+func (v *View) GetResourceValue(_ context.Context, apiVersion, resource, namespace, name string) (ref.Val, error) {
+	nb, i, err := v.lookup(apiVersion, resource, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return nb.value(i), nil
+}
+
+// lookup finds the object GetResource returns: nb.items[i].
+func (v *View) lookup(apiVersion, resource, namespace, name string) (nb *nsBucket, i int, err error) {
+	mp, b, gvr, err := v.resolve(apiVersion, resource)
+	if err != nil {
+		return nil, 0, err
 	}
 	if mp != nil && b != nil {
 		if nb := b.byNS[namespace]; nb != nil {
 			if i, ok := nb.find(name); ok {
-				return &nb.items[i], nil
+				return nb, i, nil
 			}
 		}
 	}
-	return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
+	return nil, 0, apierrors.NewNotFound(gvr.GroupResource(), name)
 }
 
 // ListResources lists the objects of a resource in a namespace, or in all

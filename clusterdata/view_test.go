@@ -335,9 +335,26 @@ func FuzzViewApply(f *testing.F) {
 		want := map[Key]*manifest.Object{}
 		v := Empty()
 		var changes []Change
+		resourceOf := map[string][2]string{}
+		for _, k := range kinds {
+			resourceOf[k.kind] = [2]string{k.apiVersion, k.resource}
+		}
+		// valueOf reads a key's value (made on the first read, then kept
+		// by the views that keep the object).
+		valueOf := func(v *View, k Key) (map[string]any, bool) {
+			r := resourceOf[k.Kind]
+			val, err := v.GetResourceValue(context.Background(), r[0], r[1], k.Namespace, k.Name)
+			if err != nil {
+				return nil, false
+			}
+			return val.Value().(map[string]any), true
+		}
 		flush := func() {
 			before := v
 			beforeLen := before.Len()
+			for key := range want {
+				valueOf(v, key)
+			}
 			v = v.Apply(changes)
 			if before.Len() != beforeLen {
 				t.Fatal("Apply changed its receiver")
@@ -382,6 +399,11 @@ func FuzzViewApply(f *testing.F) {
 		})
 		if n != len(want) {
 			t.Fatalf("range %d, want %d", n, len(want))
+		}
+		for k, o := range want {
+			if m, ok := valueOf(v, k); !ok || reflectPointer(m) != reflectPointer(o.Content) {
+				t.Fatalf("%v: the value is not the object's", k)
+			}
 		}
 		for _, k := range kinds {
 			for _, ns := range []string{"", "ns0", "ns1", "ns2"} {

@@ -7,7 +7,6 @@ package convert
 
 import (
 	"fmt"
-	"math"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -44,10 +43,10 @@ func RequestFromProto(in *arbiterv1.DecideRequest) (*admission.Request, *engine.
 	}
 	var err error
 	var sizes, oldSizes *manifest.Sizes
-	if req.Object, sizes, err = objectField("object", in.GetObjectJson(), in.GetObject()); err != nil {
+	if req.Object, sizes, err = objectField("object", in.GetObjectJson(), in.GetObject(), in.ObjectWire()); err != nil {
 		return nil, nil, err
 	}
-	if req.OldObject, oldSizes, err = objectField("old_object", in.GetOldObjectJson(), in.GetOldObject()); err != nil {
+	if req.OldObject, oldSizes, err = objectField("old_object", in.GetOldObjectJson(), in.GetOldObject(), in.OldObjectWire()); err != nil {
 		return nil, nil, err
 	}
 	opts := &engine.EvalOptions{}
@@ -156,7 +155,7 @@ func authzRequestFromProto(in *arbiterv1.DecideRequest, shape admission.Shape) (
 	if len(in.GetObjectJson()) > 0 {
 		field = "object_json"
 	}
-	obj, _, err := objectField("object", in.GetObjectJson(), in.GetObject())
+	obj, _, err := objectField("object", in.GetObjectJson(), in.GetObject(), in.ObjectWire())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -169,15 +168,23 @@ func authzRequestFromProto(in *arbiterv1.DecideRequest, shape admission.Shape) (
 	return &admission.Request{Object: obj, Shape: shape, Mode: admission.ModeAdmission}, &engine.EvalOptions{}, nil
 }
 
-// objectField decodes an object given as JSON (measuring its sizes) or as
-// a Struct (sizes nil).
-func objectField(name string, raw []byte, s *structpb.Struct) (map[string]any, *manifest.Sizes, error) {
+// objectField decodes an object given as JSON, or as a Struct: decoded
+// (s), or left encoded by the server's codec (wire, see
+// arbiterv1.DecideRequest.ObjectWire); it measures its sizes as it goes.
+func objectField(name string, raw []byte, s *structpb.Struct, wire []byte) (map[string]any, *manifest.Sizes, error) {
 	if len(raw) > 0 {
 		// raw is the request's own copy, which nothing changes: the
 		// object's strings may be slices of it.
 		m, sizes, err := manifest.DecodeJSONSizedOwned(raw)
 		if err != nil {
 			return nil, nil, fieldError(name+"_json", err.Error())
+		}
+		return m, &sizes, nil
+	}
+	if wire != nil {
+		m, sizes, err := structWireValue(wire)
+		if err != nil {
+			return nil, nil, fieldError(name, err.Error())
 		}
 		return m, &sizes, nil
 	}
@@ -213,17 +220,7 @@ func valueOf(v *structpb.Value) (any, manifest.Sizes) {
 	case *structpb.Value_StringValue:
 		return k.StringValue, manifest.Sizes{Length: uint64(len(k.StringValue))}
 	case *structpb.Value_NumberValue:
-		f := k.NumberValue
-		switch {
-		case math.IsNaN(f):
-			// As AsInterface: JSON has no NaN or infinities.
-			return "NaN", manifest.Sizes{Length: 3}
-		case math.IsInf(f, 1):
-			return "Infinity", manifest.Sizes{Length: 8}
-		case math.IsInf(f, -1):
-			return "-Infinity", manifest.Sizes{Length: 9}
-		}
-		return normalizeNumber(f), manifest.Sizes{}
+		return numberValue(k.NumberValue)
 	case *structpb.Value_BoolValue:
 		return k.BoolValue, manifest.Sizes{}
 	case *structpb.Value_StructValue:

@@ -1144,6 +1144,7 @@ func TestKubeSourceRBAC(t *testing.T) {
 	for _, agg := range []struct{ role, label string }{
 		{"arbiter-kube-source-params", "arbiter.dev/aggregate-to-kube-source-params"},
 		{"arbiter-kube-source-context", "arbiter.dev/aggregate-to-kube-source-context"},
+		{"arbiter-kube-source-mutate-existing", "arbiter.dev/aggregate-to-mutate-existing"},
 	} {
 		var found, bound bool
 		for _, r := range all[*rbacv1.ClusterRole](m) {

@@ -152,10 +152,15 @@ spec:
 	if code != 2 || !strings.Contains(errOut, yamlBad) {
 		t.Fatalf("bad YAML: exit %d\n%s", code, errOut)
 	}
-	unknown := write("unknown.yaml", "apiVersion: policies.kyverno.io/v1\nkind: GeneratingPolicy\nmetadata: {name: g}\nspec: {}\n")
+	unknown := write("unknown.yaml", "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: c}\nspec: {}\n")
 	_, errOut, code = run(t, "apply", unknown, pod)
-	if code != 2 || !strings.Contains(errOut, "unsupported kind GeneratingPolicy") {
+	if code != 2 || !strings.Contains(errOut, "unsupported kind ClusterPolicy") {
 		t.Fatalf("unknown kind: exit %d\n%s", code, errOut)
+	}
+	gpol := write("gpol.yaml", "apiVersion: policies.kyverno.io/v1\nkind: GeneratingPolicy\nmetadata: {name: g}\nspec: {}\n")
+	_, errOut, code = run(t, "apply", gpol, pod)
+	if code != 2 || !strings.Contains(errOut, "GeneratingPolicy g: spec.matchConstraints: Required value") {
+		t.Fatalf("invalid GeneratingPolicy: exit %d\n%s", code, errOut)
 	}
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/arbiter-pdp/arbiter/engine/authz"
+	"github.com/arbiter-pdp/arbiter/engine/gpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
@@ -54,6 +55,10 @@ const (
 	// (engine/dpol): compiled and listed, never evaluated at admission; the
 	// Kubernetes source runs it on its schedule.
 	ClassDeletingPolicy
+	// ClassGeneratingPolicy is a GeneratingPolicy or
+	// NamespacedGeneratingPolicy (engine/gpol): evaluated offline only
+	// (PolicySet.Generate), refused by a server (Options.Generating).
+	ClassGeneratingPolicy
 )
 
 // Kyverno's GlobalContextEntry kind and group.
@@ -89,6 +94,8 @@ func Classify(o *manifest.Object) Class {
 			return ClassDeletingPolicy
 		case kyvernoapi.KindImageValidatingPolicy, kyvernoapi.KindNamespacedImageValidatingPolicy:
 			return ClassImagePolicy
+		case gpol.KindGeneratingPolicy, gpol.KindNamespacedGeneratingPolicy:
+			return ClassGeneratingPolicy
 		}
 		return ClassUnsupported
 	case group == globalContextGroup && o.Kind == kindGlobalContextEntry:

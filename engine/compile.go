@@ -13,6 +13,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/dpol"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
+	"github.com/arbiter-pdp/arbiter/engine/gpol"
 	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
@@ -37,8 +38,9 @@ type Compiler struct {
 	exceptions map[string]cachedException
 	vap        vap.Cache
 	mapol      mapol.Cache
-	authz      map[string]cachedAuthz
-	dpol       map[string]cachedDeleting
+	authz      map[string]cached[*authz.Policy]
+	dpol       map[string]cached[*dpol.Policy]
+	gpol       map[string]cached[*gpol.Policy]
 	// indexes are the exception indexes of the last compilation, by
 	// policy: a policy whose exceptions are the same (compiled) ones
 	// keeps its index.
@@ -57,14 +59,31 @@ type cachedPolicy struct {
 	ivpol   *ivpol.Policy
 }
 
-type cachedAuthz struct {
+// cached is a compiled policy of a kind with one policy type, and the
+// version of the object it was compiled from.
+type cached[P any] struct {
 	version string
-	policy  *authz.Policy
+	policy  P
 }
 
-type cachedDeleting struct {
-	version string
-	policy  *dpol.Policy
+// compileCached returns the policy compiled from o: the one in cache when
+// it was compiled from o's version, or compile's (then cached).
+func compileCached[P any](c *Compiler, cache map[string]cached[P], o *manifest.Object, compile func(*manifest.Object) (P, *manifest.LoadError)) (P, *manifest.LoadError) {
+	id, ver := o.ID(), o.ContentVersion()
+	c.mu.Lock()
+	e, ok := cache[id]
+	c.mu.Unlock()
+	if ok && e.version == ver {
+		return e.policy, nil
+	}
+	p, lerr := compile(o)
+	if lerr != nil {
+		return p, lerr
+	}
+	c.mu.Lock()
+	cache[id] = cached[P]{version: ver, policy: p}
+	c.mu.Unlock()
+	return p, nil
 }
 
 type cachedException struct {
@@ -82,8 +101,9 @@ func NewCompiler() (*Compiler, error) {
 		env:        env,
 		policies:   map[string]cachedPolicy{},
 		exceptions: map[string]cachedException{},
-		authz:      map[string]cachedAuthz{},
-		dpol:       map[string]cachedDeleting{},
+		authz:      map[string]cached[*authz.Policy]{},
+		dpol:       map[string]cached[*dpol.Policy]{},
+		gpol:       map[string]cached[*gpol.Policy]{},
 	}, nil
 }
 
@@ -94,9 +114,11 @@ type Options struct {
 	// namespace and name, so a set's results are in a fixed order.
 	KeepOrder bool
 	// MutateExisting accepts MutatingPolicies that mutate existing
-	// resources (targetMatchConstraints, evaluation.mutateExisting), which
-	// are evaluated offline (arbiter test, arbiter apply). A server
-	// refuses them: it cannot read or write the cluster's resources yet.
+	// resources (targetMatchConstraints, evaluation.mutateExisting):
+	// offline (arbiter test, arbiter apply), and a server with the
+	// Kubernetes source, which reads and updates the targets through the
+	// API server (kubesource). A server without a cluster (push, --load)
+	// refuses them: it has no resources to mutate.
 	MutateExisting bool
 	// RefuseNamespacedHTTP refuses NamespacedValidatingPolicies and
 	// NamespacedMutatingPolicies whose expressions use http.*, as Kyverno
@@ -106,6 +128,11 @@ type Options struct {
 	// namespaced policies; the CLI does not (Kyverno's CLI does not validate
 	// policies that way, and serves their calls from mocks).
 	RefuseNamespacedHTTP bool
+	// Generating accepts GeneratingPolicies and NamespacedGeneratingPolicies,
+	// which are evaluated offline (arbiter test, arbiter apply:
+	// PolicySet.Generate). A server refuses them: generating resources
+	// needs it to create them in the cluster, which it does not do.
+	Generating bool
 }
 
 // Compile builds an immutable PolicySet from objects: policies of every
@@ -130,7 +157,7 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	}
 	slots := make([]slot, 0, len(objs))
 	var todo []int
-	var vapObjs, mapObjs, others, psaObjs, authzObjs, dpolObjs []*manifest.Object
+	var vapObjs, mapObjs, others, psaObjs, authzObjs, dpolObjs, gpolObjs []*manifest.Object
 	c.mu.Lock()
 	for _, o := range objs {
 		class := Classify(o)
@@ -188,6 +215,13 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 			} else {
 				seen[id] = true
 				dpolObjs = append(dpolObjs, o)
+			}
+		case ClassGeneratingPolicy:
+			if id := o.ID(); seen[id] {
+				errs = append(errs, manifest.Errorf(o, "metadata.name", "duplicate %s", o.Ref()))
+			} else {
+				seen[id] = true
+				gpolObjs = append(gpolObjs, o)
 			}
 		case ClassPodSecurityConfiguration:
 			psaObjs = append(psaObjs, o)
@@ -293,6 +327,8 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	authzPols, kindErrs = c.compileAuthz(authzObjs)
 	errs = append(errs, kindErrs...)
 	dpols, kindErrs := c.compileDeleting(dpolObjs, opts)
+	errs = append(errs, kindErrs...)
+	gpols, kindErrs := c.compileGenerating(gpolObjs, opts)
 	if errs = append(errs, kindErrs...); len(errs) > 0 {
 		return nil, errs
 	}
@@ -394,6 +430,23 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 		dbounds[i] = exception.Bind(byRef[exception.PolicyRef{Name: p.Name, Kind: p.Kind}], nil)
 	}
 	ps.dpol = dpol.NewSet(dpols, dbounds)
+	if !opts.KeepOrder {
+		sort.SliceStable(gpols, func(i, j int) bool {
+			a, b := gpols[i], gpols[j]
+			if a.Kind != b.Kind {
+				return a.Kind < b.Kind // GeneratingPolicy before NamespacedGeneratingPolicy
+			}
+			if a.Namespace != b.Namespace {
+				return a.Namespace < b.Namespace
+			}
+			return a.Name < b.Name
+		})
+	}
+	gbounds := make([]*exception.Bound, len(gpols))
+	for i, p := range gpols {
+		gbounds[i] = exception.Bind(byRef[exception.PolicyRef{Name: p.Name, Kind: p.Kind}], nil)
+	}
+	ps.gpol = gpol.NewSet(gpols, gbounds)
 	ps.vpol = vpol.NewSet(pols, bounds)
 	var mpolApplier mpol.Applier
 	if applier != nil {
@@ -425,23 +478,13 @@ func (c *Compiler) compileAuthz(objs []*manifest.Object) ([]*authz.Policy, manif
 	}
 	var out []*authz.Policy
 	var errs manifest.LoadErrors
+	compile := func(o *manifest.Object) (*authz.Policy, *manifest.LoadError) { return authz.Compile(env, o) }
 	for _, o := range objs {
-		id, ver := o.ID(), o.ContentVersion()
-		c.mu.Lock()
-		cached, ok := c.authz[id]
-		c.mu.Unlock()
-		if ok && cached.version == ver {
-			out = append(out, cached.policy)
-			continue
-		}
-		p, lerr := authz.Compile(env, o)
+		p, lerr := compileCached(c, c.authz, o, compile)
 		if lerr != nil {
 			errs = append(errs, lerr)
 			continue
 		}
-		c.mu.Lock()
-		c.authz[id] = cachedAuthz{version: ver, policy: p}
-		c.mu.Unlock()
 		out = append(out, p)
 	}
 	return out, errs
@@ -452,21 +495,12 @@ func (c *Compiler) compileAuthz(objs []*manifest.Object) ([]*authz.Policy, manif
 func (c *Compiler) compileDeleting(objs []*manifest.Object, opts Options) ([]*dpol.Policy, manifest.LoadErrors) {
 	var out []*dpol.Policy
 	var errs manifest.LoadErrors
+	compile := func(o *manifest.Object) (*dpol.Policy, *manifest.LoadError) { return dpol.Compile(c.env, o) }
 	for _, o := range objs {
-		id, ver := o.ID(), o.ContentVersion()
-		c.mu.Lock()
-		cached, ok := c.dpol[id]
-		c.mu.Unlock()
-		p := cached.policy
-		if !ok || cached.version != ver {
-			var lerr *manifest.LoadError
-			if p, lerr = dpol.Compile(c.env, o); lerr != nil {
-				errs = append(errs, lerr)
-				continue
-			}
-			c.mu.Lock()
-			c.dpol[id] = cachedDeleting{version: ver, policy: p}
-			c.mu.Unlock()
+		p, lerr := compileCached(c, c.dpol, o, compile)
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
 		}
 		if opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP() {
 			errs = append(errs, manifest.Errorf(o, "spec", "Forbidden: %s", kyvernocel.HTTPNotAllowedValidationMessage))
@@ -475,6 +509,38 @@ func (c *Compiler) compileDeleting(objs []*manifest.Object, opts Options) ([]*dp
 		out = append(out, p)
 	}
 	return out, errs
+}
+
+// compileGenerating compiles the GeneratingPolicies (cached by identity
+// and version), in the order given; without opts.Generating each is
+// refused.
+func (c *Compiler) compileGenerating(objs []*manifest.Object, opts Options) ([]*gpol.Policy, manifest.LoadErrors) {
+	var out []*gpol.Policy
+	var errs manifest.LoadErrors
+	compile := func(o *manifest.Object) (*gpol.Policy, *manifest.LoadError) { return gpol.Compile(c.env, o) }
+	for _, o := range objs {
+		p, lerr := compileCached(c, c.gpol, o, compile)
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
+		}
+		if opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP() {
+			errs = append(errs, manifest.Errorf(o, "spec", "Forbidden: %s", kyvernocel.HTTPNotAllowedValidationMessage))
+			continue
+		}
+		if !opts.Generating {
+			errs = append(errs, generatingRefused(o))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errs
+}
+
+// generatingRefused is the error of a GeneratingPolicy where it is not
+// evaluated (a server).
+func generatingRefused(o *manifest.Object) *manifest.LoadError {
+	return manifest.Errorf(o, "spec.generate", "a %s is evaluated offline only (arbiter test, arbiter apply): the server does not create the resources it generates in the cluster", o.Kind)
 }
 
 // Compile is a convenience for a one-off compilation with a fresh compiler.
@@ -511,6 +577,11 @@ func (c *Compiler) Forget(keep map[string]bool) {
 			delete(c.dpol, id)
 		}
 	}
+	for id := range c.gpol {
+		if !keep[id] {
+			delete(c.gpol, id)
+		}
+	}
 	c.vap.Forget(keep)
 	c.mapol.Forget(keep)
 }
@@ -527,6 +598,7 @@ type PolicySet struct {
 	psa        *psa.Set
 	authz      *authz.Set
 	dpol       *dpol.Set
+	gpol       *gpol.Set
 	exceptions []*exception.Exception
 	namespaces map[string]map[string]any
 	// exceptionSize bounds the size of exceptions.allowedImages and
@@ -577,13 +649,13 @@ func (ps *PolicySet) finish() {
 }
 
 // mutateExistingRefused is the error of a mutate-existing MutatingPolicy
-// where they are not evaluated (a server).
+// where they are not evaluated (a server without a cluster).
 func mutateExistingRefused(o *manifest.Object, p *mpol.Policy) *manifest.LoadError {
 	field := "spec.evaluation.mutateExisting.enabled"
 	if p.Spec.TargetMatchConstraints != nil {
 		field = "spec.targetMatchConstraints"
 	}
-	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply): the server cannot read or update the cluster's resources yet")
+	return manifest.Errorf(o, field, "a MutatingPolicy that mutates existing resources is evaluated offline only (arbiter test, arbiter apply) and by a server with the Kubernetes source (--kube-source), which updates the targets through the API server; this server has no cluster to read or update them (push or --load, or --kube-mutate-existing=false)")
 }
 
 // applier merges the apply configurations of mutations with the schemas

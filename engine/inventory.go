@@ -7,6 +7,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/dpol"
 	"github.com/arbiter-pdp/arbiter/engine/exception"
 	"github.com/arbiter-pdp/arbiter/engine/export"
+	"github.com/arbiter-pdp/arbiter/engine/gpol"
 	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 	"github.com/arbiter-pdp/arbiter/engine/mapol"
@@ -62,6 +63,15 @@ func (ps *PolicySet) DeletingPolicyExceptions(p *dpol.Policy) []*exception.Excep
 	return ps.dpol.ExceptionsFor(p)
 }
 
+// GeneratingPolicies returns the compiled GeneratingPolicies and
+// NamespacedGeneratingPolicies, in order (see Generate).
+func (ps *PolicySet) GeneratingPolicies() []*gpol.Policy { return ps.gpol.Policies() }
+
+// GeneratingPolicyExceptions returns the exceptions bound to a GeneratingPolicy.
+func (ps *PolicySet) GeneratingPolicyExceptions(p *gpol.Policy) []*exception.Exception {
+	return ps.gpol.ExceptionsFor(p)
+}
+
 // Exceptions returns the compiled exceptions, in order.
 func (ps *PolicySet) Exceptions() []*exception.Exception { return ps.exceptions }
 
@@ -82,7 +92,7 @@ func (ps *PolicySet) HasPolicy(kind, name string) bool {
 	if kind == psa.KindPodSecurity {
 		return psa.IsLevel(name)
 	}
-	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name) || ps.ivpol.Has(kind, name) || ps.authz.Has(kind, name) || ps.dpol.Has(kind, name)
+	return ps.vpol.Has(kind, name) || ps.mpol.Has(kind, name) || ps.ivpol.Has(kind, name) || ps.authz.Has(kind, name) || ps.dpol.Has(kind, name) || ps.gpol.Has(kind, name)
 }
 
 // IsParam says whether o is one of the set's params (an object of a kind a

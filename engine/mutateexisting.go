@@ -7,6 +7,7 @@ import (
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
+	"github.com/arbiter-pdp/arbiter/engine/mpol"
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
 )
 
@@ -115,4 +116,77 @@ func targetRequest(trigger *admission.Request, t Target) *admission.Request {
 		req.Resource = admission.ResourceFor(req.Kind)
 	}
 	return req
+}
+
+// Mutate-existing policies in a cluster (Kyverno's admission handler and
+// background controller; engine/mpol: Triggered, TargetObjects,
+// MutateTargetBy). The caller (the Kubernetes source) reads and writes
+// the cluster; the engine only evaluates.
+
+// HasMutateExisting says whether the set has a MutatingPolicy with
+// evaluation.mutateExisting.enabled (compiled with
+// Options.MutateExisting): only then can an admission request set one off.
+func (ps *PolicySet) HasMutateExisting() bool { return ps.mpol.HasMutateExisting() }
+
+// MutateExistingTriggers returns the mutate-existing MutatingPolicies an
+// admission request sets off, as Kyverno's admission handler selects them
+// (engine/mpol Triggered): mutateExisting and admission enabled, in scope,
+// matchConstraints matching the request and matchConditions holding. A
+// dry-run request, or one not in admission mode, sets off none. opts may
+// be nil (opts.Stages is ignored).
+func (ps *PolicySet) MutateExistingTriggers(ctx context.Context, req *admission.Request, opts *EvalOptions) []*mpol.Policy {
+	if req.DryRun || req.Mode != admission.ModeAdmission || req.Shape.Authorization() || !ps.HasMutateExisting() {
+		return nil
+	}
+	return ps.mpol.Triggered(ps.newRequest(ctx, req, opts))
+}
+
+// MutateExistingPolicy returns the mutate-existing MutatingPolicy of the
+// set whose key (namespace/name, or name) is key, or nil.
+func (ps *PolicySet) MutateExistingPolicy(key string) *mpol.Policy {
+	p := ps.mpol.Lookup(key)
+	if p == nil || !p.Spec.MutateExistingEnabled() {
+		return nil
+	}
+	return p
+}
+
+// MutateExistingTargets evaluates a mutate-existing policy's
+// targetMatchConstraints expression on the trigger (its object as the
+// cluster holds it: for a DELETE, its old object): the objects it
+// returned. A policy without an expression returns none (its targets are
+// those its TargetConstraints select).
+func (ps *PolicySet) MutateExistingTargets(ctx context.Context, p *mpol.Policy, trigger *admission.Request, opts *EvalOptions) ([]map[string]any, error) {
+	req := *trigger
+	if req.Object == nil {
+		req.Object = req.OldObject
+	}
+	return ps.mpol.TargetObjects(ps.newRequest(ctx, &req, opts), p)
+}
+
+// MutateTargetBy evaluates one mutate-existing policy of the set on a
+// target selected for it in a cluster: exceptions, targetMatchConditions,
+// the mutations (engine/mpol MutateTargetBy), the target evaluated as
+// `object` within the trigger's `request`. The target is not modified;
+// Patched is the target as the policy left it. opts may be nil.
+func (ps *PolicySet) MutateTargetBy(ctx context.Context, p *mpol.Policy, trigger *admission.Request, t Target, opts *EvalOptions) TargetResult {
+	o := EvalOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	req := targetRequest(trigger, t)
+	req.Mode = admission.ModeAdmission
+	req.DryRun = false
+	rq := celeval.NewRequest(ctx, req, celeval.Config{
+		Context:    o.Context,
+		Now:        o.Now,
+		Trace:      o.Trace,
+		CostBudget: o.CostBudget,
+		ExtraSize:  ps.exceptionSize,
+		ExactCost:  true,
+		Request:    trigger,
+	})
+	var res outcome.Outcome
+	ps.mpol.MutateTargetBy(rq, p, &res)
+	return TargetResult{Results: res.Results, Patched: rq.Object()}
 }

@@ -48,6 +48,8 @@ func TestGoldenSuites(t *testing.T) {
 		"clusterresources":   {},
 		"context":            {},
 		"excluded":           {},
+		"generate":           {},
+		"generate-fail":      {failed: true},
 		"json":               {},
 		"loaderrors":         {loadErrors: true},
 		"mutate":             {},

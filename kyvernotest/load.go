@@ -19,6 +19,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/authz"
+	"github.com/arbiter-pdp/arbiter/engine/gpol"
 	"github.com/arbiter-pdp/arbiter/engine/ivpol"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
@@ -45,6 +46,8 @@ type Suite struct {
 	// ivpols are the ImageValidatingPolicies and
 	// NamespacedImageValidatingPolicies.
 	ivpols []*ivpol.Policy
+	// gpols are the GeneratingPolicies and NamespacedGeneratingPolicies.
+	gpols []*gpol.Policy
 	// imageVerifier serves the ImageValidatingPolicies (nil: none).
 	imageVerifier kyvernocel.ImageVerifier
 	// vaps are the names of the ValidatingAdmissionPolicies.
@@ -93,7 +96,7 @@ type Payload struct {
 
 // PolicyCount, ResourceCount and ExceptionCount describe the suite.
 func (s *Suite) PolicyCount() int {
-	return len(s.policies) + len(s.mpols) + len(s.ivpols) + len(s.vaps) + len(s.maps) + len(s.authz)
+	return len(s.policies) + len(s.mpols) + len(s.ivpols) + len(s.gpols) + len(s.vaps) + len(s.maps) + len(s.authz)
 }
 func (s *Suite) ResourceCount() int  { return len(s.resources) }
 func (s *Suite) ExceptionCount() int { return s.exceptions }
@@ -157,8 +160,9 @@ func Load(doc *TestDocument) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Mutate-existing policies are evaluated offline, on the targets.
-	ps, err := engine.Compile(append(append(objs, excs...), crds...), engine.Options{KeepOrder: true, MutateExisting: true})
+	// Mutate-existing policies are evaluated offline, on the targets;
+	// generating policies offline, on the resources.
+	ps, err := engine.Compile(append(append(objs, excs...), crds...), engine.Options{KeepOrder: true, MutateExisting: true, Generating: true})
 	if err != nil {
 		if l := manifest.AsLoadErrors(err); l != nil {
 			msgs := make([]string, len(l))
@@ -177,6 +181,7 @@ func Load(doc *TestDocument) (*Suite, error) {
 	s.policies = ps.Policies()
 	s.mpols = ps.MutatingPolicies()
 	s.ivpols = ps.ImagePolicies()
+	s.gpols = ps.GeneratingPolicies()
 	s.authz = ps.AuthzPolicies()
 	for _, v := range ps.VAPInfos() {
 		s.vaps = append(s.vaps, v.Name)
@@ -457,7 +462,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					continue
 				}
 				switch engine.Classify(o) {
-				case engine.ClassPolicy, engine.ClassAuthzPolicy, engine.ClassMutatingPolicy, engine.ClassImagePolicy:
+				case engine.ClassPolicy, engine.ClassAuthzPolicy, engine.ClassMutatingPolicy, engine.ClassImagePolicy, engine.ClassGeneratingPolicy:
 					id := o.ID()
 					content, _ := json.Marshal(o.Content)
 					if first, dup := seen[id]; dup && first == string(content) {
@@ -477,7 +482,7 @@ func (s *Suite) loadPolicies() ([]*manifest.Object, error) {
 					// the CLI takes exceptions from `exceptions` only
 					s.Warnings = append(s.Warnings, fmt.Sprintf("%s: %s in a policy file is not used (list it under exceptions)", o.Source, o.Ref()))
 				default:
-					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding)", o.APIVersion, o.Kind)})
+					return nil, s.wrap(field, &LoadError{File: o.Source, Test: o.Ref(), Field: "kind", Err: fmt.Errorf("policy type not supported: %s %s (Arbiter evaluates ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy, NamespacedMutatingPolicy, ImageValidatingPolicy, NamespacedImageValidatingPolicy, GeneratingPolicy, NamespacedGeneratingPolicy, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding)", o.APIVersion, o.Kind)})
 				}
 			}
 		}

@@ -34,6 +34,11 @@ type response struct {
 	// patchedTarget is, for a pass result of a mutate-existing policy on a
 	// target, the target as every mutate-existing policy left it.
 	patchedTarget map[string]any
+	// generation marks a GeneratingPolicy's response: its generated
+	// objects are compared with the expectation, one row each (none: the
+	// result alone is checked).
+	generation bool
+	generated  []map[string]any
 }
 
 // responses are the responses of a run by resource key, keys in order.
@@ -282,6 +287,16 @@ func (s *Suite) evalResource(ctx context.Context, r *Resource, op string) ([]res
 		}
 	}
 	k8s = append(k8s, s.vapResponses(d, patched)...)
+	// GeneratingPolicies, on the resource as the mutations leave it: a
+	// response only for those that selected it
+	if len(s.gpols) > 0 {
+		for _, g := range s.policySet.Generate(ctx, req, &engine.EvalOptions{Context: s.context, ImageVerifier: s.imageVerifier}) {
+			k8s = append(k8s, response{
+				policyKind: g.PolicyKind, policyName: g.PolicyName, results: []outcome.Result{g.Result},
+				resource: patched, generation: true, generated: g.Generated,
+			})
+		}
+	}
 	return append(k8s, json...), targets, nil
 }
 
@@ -580,6 +595,10 @@ func (c *checker) check(t TestResult, trigger, target *responses) {
 			}
 			// Arbiter's policy kinds are rule-less: every rule response
 			// is checked, whatever rule the expectation names
+			if resp.generation {
+				rows = append(rows, c.checkGenerated(t, key, resp)...)
+				continue
+			}
 			for _, r := range resp.results {
 				ok, message, reason := c.checkResult(t, resp.resource, r)
 				if !t.FailOnMissingResources && strings.Contains(message, "not found in manifest") {
@@ -611,6 +630,35 @@ func (c *checker) check(t TestResult, trigger, target *responses) {
 		}
 		c.rows = append(c.rows, rows...)
 	}
+}
+
+// checkGenerated checks a GeneratingPolicy's response as the CLI does: each
+// generated object against the expected generated resources (a row named
+// after the object), or, when nothing was generated, the result alone.
+func (c *checker) checkGenerated(t TestResult, key string, resp response) []Row {
+	var rows []Row
+	for _, r := range resp.results {
+		if len(resp.generated) == 0 {
+			ok, message, reason := c.checkResultOnly(t, r)
+			rows = append(rows, c.row(t, r.Rule, key, ok, message, reason))
+			continue
+		}
+		for _, g := range resp.generated {
+			ok, message, reason := c.checkResult(t, g, r)
+			row := c.row(t, r.Rule, key, ok, message, reason)
+			row.Resource = nameOf(g)
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+// checkResultOnly compares the result word only.
+func (c *checker) checkResultOnly(t TestResult, r outcome.Result) (bool, string, string) {
+	if r.Result != t.Result {
+		return false, r.Message, fmt.Sprintf("Want %s, got %s", t.Result, r.Result)
+	}
+	return true, r.Message, "Ok"
 }
 
 func (c *checker) row(t TestResult, rule, key string, ok bool, message, reason string) Row {
@@ -678,10 +726,7 @@ func (c *checker) checkResult(t TestResult, actual map[string]any, r outcome.Res
 			return false, lastMsg, lastReason
 		}
 	}
-	if r.Result != t.Result {
-		return false, r.Message, fmt.Sprintf("Want %s, got %s", t.Result, r.Result)
-	}
-	return true, r.Message, "Ok"
+	return c.checkResultOnly(t, r)
 }
 
 func (c *checker) compareResource(actual map[string]any, file, what, diffMsg string) (bool, string, string) {

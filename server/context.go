@@ -148,7 +148,7 @@ func (s *Server) build(base *content, changes []store.Change, sources map[store.
 				}
 			}
 		}
-		set, err := s.compiler.Compile(objs, engine.Options{})
+		set, err := s.compiler.Compile(objs, engine.Options{MutateExisting: s.cfg.MutateExisting})
 		if err != nil {
 			return nil, err
 		}

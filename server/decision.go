@@ -30,6 +30,7 @@ func (s *Server) Decide(ctx context.Context, in *arbiterv1.DecideRequest) (*arbi
 	opts.ImageVerifier = s.cfg.ImageVerifier
 	ctx, calls := s.collectCalls(ctx)
 	d := snap.Set.Evaluate(ctx, req, opts)
+	s.triggerMutateExisting(ctx, snap, in, req, opts, d)
 	resp := convert.ResponseFromDecision(d)
 	resp.Revision = snap.Revision
 	resp.Digest = snap.Digest

@@ -107,6 +107,13 @@ type Config struct {
 	// naming what is unavailable). An *imageverify.Verifier also gives the
 	// arbiter_image_* metrics when Metrics is set.
 	ImageVerifier kyvernocel.ImageVerifier
+	// MutateExisting compiles MutatingPolicies that mutate existing
+	// resources (evaluation.mutateExisting, targetMatchConstraints): a
+	// replica with the Kubernetes source, whose Mutator updates their
+	// targets (SetMutateExisting), and a follower, which stores what its
+	// primary committed. Without it such a policy is refused: a replica
+	// fed by push or --load has no cluster to mutate.
+	MutateExisting bool
 }
 
 // Server is an Arbiter replica.
@@ -137,6 +144,10 @@ type Server struct {
 	followers *followerTable
 	// roles is the replica's role (primary, follower, standby); see role.go.
 	roles roleState
+
+	// mutateExisting receives the requests that set off mutate-existing
+	// MutatingPolicies (mutateexisting.go).
+	mutateExisting atomic.Pointer[sinkBox]
 
 	hooksMu       sync.Mutex
 	shutdownHooks []func(context.Context)

@@ -229,6 +229,9 @@ func (h *Handler) review(w http.ResponseWriter, r *http.Request, stages arbiterv
 		return
 	}
 	dreq.Stages = stages
+	// The API server is admitting the request: it may set off
+	// mutate-existing MutatingPolicies (on the mutating webhook's call).
+	dreq.AdmissionWebhook = true
 	if h.cfg.Monotonic {
 		dreq.MinRevision = h.seen.Load()
 	}

@@ -30,6 +30,11 @@ Locally, without --mode every policy is applied to every resource, as
 "kyverno apply" does; --mode admission or background applies the policies'
 evaluation gates.
 
+GeneratingPolicies and NamespacedGeneratingPolicies are evaluated locally
+only: their results follow each resource's, the table names the objects they
+would generate, and -o yaml or json gives those objects before the resource's
+report; nothing is created.
+
 With --server ADDR the resources are decided by the Arbiter server (its
 policies; the inputs may then hold only resources and Namespaces), all in one
 stream pinned to one revision (admission mode unless --mode background).

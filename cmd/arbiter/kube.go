@@ -60,6 +60,11 @@ type kubeOptions struct {
 	scanInterval   time.Duration
 	reportQPS      float32
 	reportWorkers  int
+	// Mutate-existing MutatingPolicies (mutateexisting.go of kubesource).
+	mutateExisting        bool
+	mutateExistingQueue   int
+	mutateExistingWorkers int
+	mutateExistingExclude []string
 }
 
 func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
@@ -90,6 +95,10 @@ func addKubeFlags(f *pflag.FlagSet, o *kubeOptions) {
 	f.DurationVar(&o.scanInterval, "kube-scan-interval", time.Hour, "--kube-background-scan: how often every object is scanned again (besides every policy, exception or Namespace change, exception expiry and object change)")
 	f.Float32Var(&o.reportQPS, "kube-report-qps", 300, "--kube-background-scan: report writes per second to the API server (burst as many)")
 	f.IntVar(&o.reportWorkers, "kube-report-workers", 16, "--kube-background-scan: report writes in flight")
+	f.BoolVar(&o.mutateExisting, "kube-mutate-existing", true, "--kube-source: accept MutatingPolicies with evaluation.mutateExisting.enabled (and targetMatchConstraints): an admission request (through the webhook shim) that sets one off queues it on the replica that answered, which then updates the targets through the API server (grant get, list and update on the target kinds: docs/operations.md); false: such policies are refused")
+	f.IntVar(&o.mutateExistingQueue, "kube-mutate-existing-queue", 1024, "--kube-mutate-existing: admission requests waiting at most to update their targets (a request arriving when it is full is dropped, logged and counted)")
+	f.StringSliceVar(&o.mutateExistingExclude, "kube-mutate-existing-exclude-namespaces", kubesource.DefaultCleanupExcludeNamespaces, "--kube-mutate-existing: namespaces whose objects (and the Namespaces of those names) are never targets (Kyverno's default resourceFilters); give an empty value for none")
+	f.IntVar(&o.mutateExistingWorkers, "kube-mutate-existing-workers", 2, "--kube-mutate-existing: admission requests whose targets are updated at once")
 	f.StringArrayVar(&o.webhookAnnotation, "kube-webhook-annotation", nil, "--kube-webhooks managed: KEY=VALUE annotation of the configurations (repeatable), e.g. cert-manager.io/inject-ca-from=NS/CERTIFICATE")
 }
 
@@ -261,6 +270,33 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	mutatorDone := make(chan struct{})
+	if k.mutateExisting {
+		if k.mutateExistingQueue <= 0 || k.mutateExistingWorkers <= 0 {
+			cancel()
+			return exitWith(exitLoad, "--kube-mutate-existing-queue and --kube-mutate-existing-workers must be positive")
+		}
+		exclude := []string{}
+		for _, ns := range k.mutateExistingExclude {
+			if ns != "" {
+				exclude = append(exclude, ns)
+			}
+		}
+		m, err := kubesource.NewMutator(src, kubesource.MutateExistingConfig{Logger: log, QueueSize: k.mutateExistingQueue,
+			Workers: k.mutateExistingWorkers, ExcludeNamespaces: exclude,
+			Metrics: kubesource.NewMutateExistingMetrics(metricsRegisterer(srv))}, srv.Current)
+		if err != nil {
+			cancel()
+			return exitWith(exitLoad, "--kube-source: %v", err)
+		}
+		srv.SetMutateExisting(m)
+		go func() {
+			defer close(mutatorDone)
+			m.Run(ctx)
+		}()
+	} else {
+		close(mutatorDone)
+	}
 	if k.leaseName == "" {
 		s, err := kubesource.New(src, srv)
 		if err != nil {
@@ -300,10 +336,13 @@ func startKube(srv *server.Server, o *serveOptions, listen string, log *slog.Log
 		log.Info("Kubernetes source on, primary elected with a Lease", "lease", ns+"/"+k.leaseName, "advertise", addr)
 	}
 	srv.OnShutdown(func(sctx context.Context) {
+		srv.SetMutateExisting(nil)
 		cancel()
-		select {
-		case <-done:
-		case <-sctx.Done():
+		for _, ch := range []chan struct{}{done, mutatorDone} {
+			select {
+			case <-ch:
+			case <-sctx.Done():
+			}
 		}
 	})
 	return nil

@@ -251,6 +251,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			Credentials:       sec.Credentials,
 			FollowDialOptions: sec.FollowDialOptions,
 			StoreSecrets:      o.storeSecrets,
+			// Mutate-existing MutatingPolicies need a cluster to update
+			// (kube.go); a follower stores what its primary committed.
+			MutateExisting: o.kube.enabled && o.kube.mutateExisting || o.follow != "",
 		},
 		Listen:         o.listen,
 		Load:           objs,

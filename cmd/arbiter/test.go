@@ -39,7 +39,8 @@ expected result is checked as Kyverno checks it: the policy by its last "/"
 segment, resources by name or namespace/name (every resource when none of
 the names exist), the rule ignored for ValidatingPolicy, a policy whose
 selectors exclude a resource counting as a pass ("Excluded"), a missing
-response as a failure ("Not found").
+response as a failure ("Not found"). Each object a GeneratingPolicy generates
+is a row of its own, compared with generatedResource(s).
 
 For each test a table (ID, POLICY, RULE, RESOURCE, RESULT, REASON) and a
 "Test Summary" line are printed; the closing line is "N passed, M failed",

@@ -26,14 +26,31 @@ func JSONPatchOps(val ref.Val) ([]patch.Op, error) {
 		return nil, fmt.Errorf("type mismatch: JSONPatchType.expression should evaluate to array")
 	}
 	var ops []patch.Op
-	if n, ok := iter.Size().(types.Int); ok {
+	n, sized := iter.Size().(types.Int)
+	if sized {
 		if n == 0 {
 			return nil, nil
 		}
 		ops = make([]patch.Op, 0, n)
 	}
-	for it := iter.Iterator(); it.HasNext() == types.True; {
-		v := it.Next()
+	// By index when the list is sized (no iterator to allocate).
+	var it traits.Iterator
+	if !sized {
+		it = iter.Iterator()
+	}
+	for i := types.Int(0); ; i++ {
+		var v ref.Val
+		if sized {
+			if i >= n {
+				break
+			}
+			v = iter.Get(i)
+		} else {
+			if it.HasNext() != types.True {
+				break
+			}
+			v = it.Next()
+		}
 		jp, ok := v.(*mutation.JSONPatchVal)
 		if !ok {
 			native, err := v.ConvertToNative(reflect.TypeFor[*mutation.JSONPatchVal]())

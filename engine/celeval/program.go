@@ -72,7 +72,7 @@ func Compile(pair celenv.Pair, expr string, want *types.Type, vars map[string]Si
 		return nil, nil, fmt.Errorf("output is expected to be of type %s", want.TypeName())
 	}
 	p := &Program{expr: expr, env: env, ast: ast}
-	if fast, err := pair.Fast.Program(ast, cel.EvalOptions(cel.OptOptimize)); err == nil {
+	if fast, err := pair.Fast.Program(ast, append(jsonPatchConstructors(ast), cel.EvalOptions(cel.OptOptimize))...); err == nil {
 		p.fast = fast
 		p.est = estimate(env, ast, vars)
 	} else if _, err := p.trackedProgram(); err != nil {

@@ -12,12 +12,19 @@
 // are taken over from the previous object's wrapper, not made again. The
 // data must not change in place while it is wrapped (a container's
 // conversion is taken over by identity).
+//
+// Shared wraps data that never changes (a context object of a snapshot)
+// once for every reader: its maps and lists keep their conversions in
+// atomically published caches, so one value serves concurrent evaluations
+// and each field is converted once, not once per read.
 package jsonval
 
 import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/google/cel-go/common/types"
@@ -48,12 +55,33 @@ func Of(v any) ref.Val {
 	return types.DefaultTypeAdapter.NativeToValue(v)
 }
 
+// Shared returns the CEL value of JSON-shaped data that never changes, safe
+// for concurrent use: its maps and lists convert their elements on first
+// access and publish the conversions to every reader. It reads as Of's
+// value does.
+func Shared(v any) ref.Val {
+	switch t := v.(type) {
+	case map[string]any:
+		return SharedMap(t)
+	case []any:
+		return &List{l: t, shared: &sharedList{elems: make([]atomic.Pointer[ref.Val], len(t))}}
+	}
+	return Of(v)
+}
+
+// SharedMap is Shared for a map.
+func SharedMap(m map[string]any) *Map { return &Map{m: m, shared: true} }
+
 // Map is a lazily converted JSON object.
 type Map struct {
 	m map[string]any
 	// cache holds the converted maps and lists accessed so far (a small
 	// slice: policies touch few fields of any one object).
 	cache []entry
+	// A shared map (SharedMap) keeps its conversions in sharedCache
+	// instead, replaced as a whole (copy on write) when one is added.
+	shared      bool
+	sharedCache atomic.Pointer[[]entry]
 }
 
 type entry struct {
@@ -98,6 +126,9 @@ func (m *Map) Derive(n map[string]any) *Map {
 }
 
 func (m *Map) get(k string) (ref.Val, bool) {
+	if m.shared {
+		return m.getShared(k)
+	}
 	for i := range m.cache {
 		if m.cache[i].key == k {
 			return m.cache[i].val, true
@@ -113,6 +144,58 @@ func (m *Map) get(k string) (ref.Val, bool) {
 	}
 	m.cache = append(m.cache, entry{key: k, val: v})
 	return v, true
+}
+
+// maxSharedEntries bounds the conversions a shared map keeps (each added
+// one copies the cache, and lookups scan it): the values of further keys
+// are converted on each read, as shared values in turn.
+const maxSharedEntries = 32
+
+func (m *Map) getShared(k string) (ref.Val, bool) {
+	cached := m.sharedCache.Load()
+	if v, ok := findEntry(cached, k); ok {
+		return v, true
+	}
+	raw, ok := m.m[k]
+	if !ok {
+		return nil, false
+	}
+	v := Shared(raw)
+	// The cache outlives the evaluation: a key that is a slice of a
+	// request's bytes must not keep them.
+	k = strings.Clone(k)
+	for cached == nil || len(*cached) < maxSharedEntries {
+		var n []entry
+		if cached == nil {
+			n = make([]entry, 0, 1)
+		} else {
+			n = make([]entry, len(*cached), len(*cached)+1)
+			copy(n, *cached)
+		}
+		n = append(n, entry{key: k, val: v})
+		if m.sharedCache.CompareAndSwap(cached, &n) {
+			return v, true
+		}
+		// Another reader added conversions meanwhile: keep its
+		// conversion of k if it made one.
+		cached = m.sharedCache.Load()
+		if w, ok := findEntry(cached, k); ok {
+			return w, true
+		}
+	}
+	return v, true
+}
+
+func findEntry(es *[]entry, k string) (ref.Val, bool) {
+	if es == nil {
+		return nil, false
+	}
+	for i := range *es {
+		if (*es)[i].key == k {
+			return (*es)[i].val, true
+		}
+	}
+	return nil, false
 }
 
 // takeOver returns the conversion of raw from prev, the conversion of the
@@ -331,6 +414,15 @@ func (m *Map) String() string { return fmt.Sprint(m.m) }
 type List struct {
 	l     []any
 	cache []ref.Val
+	// shared, for a list made by Shared, holds the conversions instead of
+	// cache.
+	shared *sharedList
+}
+
+// sharedList holds the conversions of a shared list's elements, each
+// published once.
+type sharedList struct {
+	elems []atomic.Pointer[ref.Val]
 }
 
 // derive is Map.Derive for a list.
@@ -357,6 +449,17 @@ func (l *List) derive(n []any) *List {
 }
 
 func (l *List) at(i int) ref.Val {
+	if l.shared != nil {
+		e := &l.shared.elems[i]
+		if p := e.Load(); p != nil {
+			return *p
+		}
+		v := Shared(l.l[i])
+		if e.CompareAndSwap(nil, &v) {
+			return v
+		}
+		return *e.Load()
+	}
 	if l.cache == nil {
 		l.cache = make([]ref.Val, len(l.l))
 	}

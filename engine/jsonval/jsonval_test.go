@@ -1,6 +1,7 @@
 package jsonval
 
 import (
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"reflect"
@@ -315,3 +316,95 @@ func TestRefresh(t *testing.T) {
 type ownerSet map[any]bool
 
 func (o ownerSet) Owns(c any) bool { return o[identity(c)] }
+
+// native reads v back through CEL's traits (Size, Find, Get) into
+// JSON-shaped data.
+func native(v ref.Val) any {
+	switch t := v.(type) {
+	case *Map:
+		out := make(map[string]any, len(t.m))
+		it := t.Iterator()
+		for it.HasNext() == types.True {
+			k := it.Next()
+			e, found := t.Find(k)
+			if !found {
+				return fmt.Sprintf("key %v listed, not found", k)
+			}
+			out[string(k.(types.String))] = native(e)
+		}
+		return out
+	case *List:
+		out := make([]any, int(t.Size().(types.Int)))
+		for i := range out {
+			out[i] = native(t.Get(types.Int(i)))
+		}
+		return out
+	case types.Null:
+		return nil
+	}
+	return v.Value()
+}
+
+// TestShared checks that a shared value reads as Of's value does, along
+// random paths, read by concurrent readers (go test -race), and that its
+// conversions are made once.
+func TestShared(t *testing.T) {
+	for seed := range uint64(1000) {
+		r := rand.New(rand.NewPCG(seed, 29))
+		obj, _ := randValue(r, 4).(map[string]any)
+		if obj == nil {
+			obj = map[string]any{"spec": randValue(r, 1)}
+		}
+		s := Shared(obj)
+		if s.Equal(Of(obj)) != types.True || Of(obj).Equal(s) != types.True {
+			t.Fatalf("seed %d: the shared value is not equal to Of's", seed)
+		}
+		const readers = 4
+		got := make(chan any, readers)
+		for range readers {
+			go func() { got <- native(s) }()
+		}
+		for range readers {
+			if g := <-got; !reflect.DeepEqual(g, obj) {
+				t.Fatalf("seed %d: read %v, want %v", seed, g, obj)
+			}
+		}
+		walk(t, r, s, obj, "")
+	}
+}
+
+func TestSharedConvertsOnce(t *testing.T) {
+	obj := map[string]any{"data": map[string]any{"key": "value"}, "items": []any{map[string]any{"a": int64(1)}}}
+	// More keys than a shared map keeps conversions of.
+	many := map[string]any{}
+	for i := range maxSharedEntries + 8 {
+		many["k"+strconv.Itoa(i)] = map[string]any{"i": int64(i)}
+	}
+	obj["many"] = many
+	s := SharedMap(obj)
+	get := func(v ref.Val, k string) ref.Val { return v.(traits.Indexer).Get(types.String(k)) }
+	if get(s, "data") != get(s, "data") {
+		t.Error("data was converted twice")
+	}
+	item := func() ref.Val { return get(s, "items").(traits.Indexer).Get(types.Int(0)) }
+	if item() != item() {
+		t.Error("items[0] was converted twice")
+	}
+	if _, ok := item().(*Map); !ok || !item().(*Map).shared {
+		t.Errorf("items[0] is %T, not a shared map", item())
+	}
+	m := get(s, "many")
+	for range 2 {
+		for i := range maxSharedEntries + 8 {
+			if got := get(get(m, "k"+strconv.Itoa(i)), "i"); got != types.Int(i) {
+				t.Fatalf("many.k%d.i = %v", i, got)
+			}
+		}
+	}
+	if n := len(*m.(*Map).sharedCache.Load()); n != maxSharedEntries {
+		t.Errorf("the shared map keeps %d conversions, want %d", n, maxSharedEntries)
+	}
+	if s.Derive(obj) != s {
+		t.Error("Derive of the same object made a new wrapper")
+	}
+}

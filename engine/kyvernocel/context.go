@@ -35,6 +35,17 @@ type ResourceContext interface {
 	ToGVR(ctx context.Context, apiVersion, kind string) (*schema.GroupVersionResource, error)
 }
 
+// ResourceValueContext is implemented by a ResourceContext that can give
+// the CEL value of an object itself (a snapshot of context objects, which
+// never change, keeps one value per object for every read). resource.Get
+// then calls GetResourceValue instead of GetResource, with the same errors
+// (NotFound for a missing object); a nil value with a nil error is null.
+// The value must be safe for concurrent use and read as
+// jsonval.Of(object) does (jsonval.Shared).
+type ResourceValueContext interface {
+	GetResourceValue(ctx context.Context, apiVersion, resource, namespace, name string) (ref.Val, error)
+}
+
 // GlobalContext is what globalContext.Get reads: Kyverno GlobalContextEntry
 // data by entry name and projection name ("" for the whole entry). A missing
 // entry is (nil, nil) in Kyverno, which the library returns as null.

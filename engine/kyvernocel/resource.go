@@ -228,20 +228,35 @@ func resourceGet(args []ref.Val, want int, gvr, namespaced bool) ref.Val {
 	if errVal != nil {
 		return errVal
 	}
-	res, err := v.c.GetResource(v.ctx, apiVersion, resource, ns, name)
-	if err != nil {
-		if apierrors.IsNotFound(err) {
+	if vc, ok := v.c.(ResourceValueContext); ok {
+		val, err := vc.GetResourceValue(v.ctx, apiVersion, resource, ns, name)
+		if err != nil {
+			return getErr(err)
+		}
+		if val == nil {
 			return types.NullValue
 		}
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-			return types.NewErr("failed to get resource: permission denied: %v", err)
-		}
-		return types.NewErr("failed to get resource: %v", err)
+		return val
+	}
+	res, err := v.c.GetResource(v.ctx, apiVersion, resource, ns, name)
+	if err != nil {
+		return getErr(err)
 	}
 	if res == nil {
 		return types.NullValue
 	}
 	return jsonval.Of(res.UnstructuredContent())
+}
+
+// getErr is resource.Get's value for the error of a read.
+func getErr(err error) ref.Val {
+	if apierrors.IsNotFound(err) {
+		return types.NullValue
+	}
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		return types.NewErr("failed to get resource: permission denied: %v", err)
+	}
+	return types.NewErr("failed to get resource: %v", err)
 }
 
 var structpbStructType = reflect.TypeFor[*structpb.Struct]()

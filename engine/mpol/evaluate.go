@@ -309,7 +309,9 @@ func (s *Set) evalVariantOnce(rq *celeval.Request, e *entry, v *variant, conds [
 			if err != nil {
 				return fail(err)
 			}
-			if len(ops) > 0 && !changed {
+			if !changed && touchesIdentity(ops) {
+				// Taken before the first change in place that may change
+				// the identity: the changes before it did not.
 				id, changed = identityOf(obj), true
 			}
 			applied, err := pt.Apply(ops)
@@ -386,6 +388,42 @@ func identityOf(obj map[string]any) identity {
 		id[4], _ = meta["uid"].(string)
 	}
 	return id
+}
+
+// touchesIdentity says whether ops may change an identity field: an op
+// writes (or, for move, removes) at a path that is not under a top-level
+// field other than apiVersion, kind and metadata, or under a metadata
+// field other than name, namespace and uid. Paths it cannot read that
+// way may.
+func touchesIdentity(ops []patch.Op) bool {
+	for i := range ops {
+		op := &ops[i]
+		if op.Op == "test" {
+			continue
+		}
+		if mayReachIdentity(op.Path) || (op.Op == "move" && mayReachIdentity(op.From)) {
+			return true
+		}
+	}
+	return false
+}
+
+func mayReachIdentity(path string) bool {
+	first, rest, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if !strings.HasPrefix(path, "/") || strings.Contains(first, "~") {
+		return true
+	}
+	switch first {
+	case "apiVersion", "kind":
+		return true
+	case "metadata":
+		if !ok {
+			return true
+		}
+		second, _, _ := strings.Cut(rest, "/")
+		return second == "name" || second == "namespace" || second == "uid" || strings.Contains(second, "~")
+	}
+	return false
 }
 
 // checkIdentity refuses a mutated object that is not the same object: its

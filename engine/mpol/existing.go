@@ -104,38 +104,49 @@ type targetKeys struct {
 func (t targetKeys) get() (map[string]bool, error) { return t.keys, t.err }
 
 func discover(st *celeval.State, expr *celeval.Program) targetKeys {
-	val, err := st.Eval(expr)
+	objs, err := discoverObjects(st, expr)
 	if err != nil {
 		return targetKeys{err: err}
-	}
-	native, err := celeval.ToJSON(val)
-	if err != nil {
-		return targetKeys{err: err}
-	}
-	m, ok := native.(map[string]any)
-	if !ok {
-		if native == nil {
-			return targetKeys{err: errors.New("the expression returned null, not an object or a list of objects")}
-		}
-		return targetKeys{err: fmt.Errorf("the expression returned %T, not an object or a list of objects", native)}
 	}
 	keys := map[string]bool{}
-	add := func(obj map[string]any) {
+	for _, obj := range objs {
 		md, _ := obj["metadata"].(map[string]any)
 		name, _ := md["name"].(string)
 		ns, _ := md["namespace"].(string)
 		keys[objectKey(ns, name)] = true
 	}
-	if items, ok := m["items"].([]any); ok {
-		for _, it := range items {
-			if obj, ok := it.(map[string]any); ok {
-				add(obj)
-			}
-		}
-	} else {
-		add(m)
-	}
 	return targetKeys{keys: keys}
+}
+
+// discoverObjects evaluates a targetMatchConstraints expression: the
+// object it returns, or the objects of the items of the map it returns.
+func discoverObjects(st *celeval.State, expr *celeval.Program) ([]map[string]any, error) {
+	val, err := st.Eval(expr)
+	if err != nil {
+		return nil, err
+	}
+	native, err := celeval.ToJSON(val)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := native.(map[string]any)
+	if !ok {
+		if native == nil {
+			return nil, errors.New("the expression returned null, not an object or a list of objects")
+		}
+		return nil, fmt.Errorf("the expression returned %T, not an object or a list of objects", native)
+	}
+	items, ok := m["items"].([]any)
+	if !ok {
+		return []map[string]any{m}, nil
+	}
+	objs := make([]map[string]any, 0, len(items))
+	for _, it := range items {
+		if obj, ok := it.(map[string]any); ok {
+			objs = append(objs, obj)
+		}
+	}
+	return objs, nil
 }
 
 // selectTarget returns the variant of a mutate-existing policy that

@@ -13,6 +13,8 @@ type Set struct {
 	byResource admission.Index[*entry]
 	// apply merges apply configurations (nil: they fail).
 	apply Applier
+	// mutateExisting: a policy has evaluation.mutateExisting.enabled.
+	mutateExisting bool
 }
 
 type entry struct {
@@ -35,6 +37,7 @@ func NewSet(policies []*Policy, bounds []*exception.Bound, apply Applier) *Set {
 	for i, p := range policies {
 		e := &entry{policy: p, bound: bounds[i]}
 		s.entries = append(s.entries, e)
+		s.mutateExisting = s.mutateExisting || p.Spec.MutateExistingEnabled()
 		var names []string
 		wild := false
 		for _, v := range p.variants {

@@ -93,7 +93,9 @@ func StoreFull(n, limit int) *Error {
 		Detail: fmt.Sprintf("the write would leave %d objects in the store, over the limit of %d", n, limit)}
 }
 
-// ObjectSizes checks the objects of a decision request.
+// ObjectSizes checks the objects of a decision request: the size of a
+// Struct is that of its encoding (proto.Size), also when the server's codec
+// left it encoded (ObjectWire).
 func (c *Config) ObjectSizes(in *arbiterv1.DecideRequest) error {
 	if c.MaxObjectBytes <= 0 {
 		return nil
@@ -102,18 +104,21 @@ func (c *Config) ObjectSizes(in *arbiterv1.DecideRequest) error {
 		name string
 		raw  []byte
 		st   *structpb.Struct
-		set  bool
+		wire []byte
 	}{
-		{"object_json", in.GetObjectJson(), nil, len(in.GetObjectJson()) > 0},
-		{"object", nil, in.GetObject(), in.GetObject() != nil},
-		{"old_object_json", in.GetOldObjectJson(), nil, len(in.GetOldObjectJson()) > 0},
-		{"old_object", nil, in.GetOldObject(), in.GetOldObject() != nil},
+		{"object_json", in.GetObjectJson(), nil, nil},
+		{"object", nil, in.GetObject(), in.ObjectWire()},
+		{"old_object_json", in.GetOldObjectJson(), nil, nil},
+		{"old_object", nil, in.GetOldObject(), in.OldObjectWire()},
 	} {
-		if !f.set {
-			continue
-		}
 		n := len(f.raw)
-		if f.st != nil {
+		switch {
+		case f.wire != nil:
+			if MaxWireStructSize(len(f.wire)) <= c.MaxObjectBytes {
+				continue // below the limit however it re-encodes
+			}
+			n = WireStructSize(f.wire)
+		case f.st != nil:
 			n = StructSize(f.st)
 		}
 		if n > c.MaxObjectBytes {
@@ -121,6 +126,24 @@ func (c *Config) ObjectSizes(in *arbiterv1.DecideRequest) error {
 		}
 	}
 	return nil
+}
+
+// MaxWireStructSize bounds the proto.Size of a Struct decoded from n bytes:
+// 3n. Re-encoding a Struct writes what its encoding holds, no longer
+// (numbers and lengths in the fewest bytes, a field repeated on the wire
+// once), except a map entry's key and value, written even when empty or
+// absent: an entry of 2 bytes (tag, length 0) re-encodes to 6, and any
+// other grows less. FuzzStructSize checks the bound.
+func MaxWireStructSize(n int) int { return 3 * n }
+
+// WireStructSize is the proto.Size of the Struct encoded in b (len(b) if b
+// is not one).
+func WireStructSize(b []byte) int {
+	s := &structpb.Struct{}
+	if err := proto.Unmarshal(b, s); err != nil {
+		return len(b)
+	}
+	return StructSize(s)
 }
 
 // StructSize is proto.Size(s): vtprotobuf's SizeVT, without reflection, for

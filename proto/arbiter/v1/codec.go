@@ -127,6 +127,19 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 // accepts what the standard codec does, and decodes the same message.
 // Requests with unknown fields (from a newer client) go to the standard
 // codec too.
+//
+// On that fast path the object and old_object Structs are not decoded
+// into structpb messages (a message per Value, a Go map per Struct: most
+// of the cost of a Pod sent as a Struct): unmarshalLeavingObjects copies
+// their encoding to the message's unknown fields, where ObjectWire and
+// OldObjectWire find it, and convert.RequestFromProto turns it into the
+// engine's data in one pass over the wire (convert.structWireValue, the
+// same value and sizes as decoding then structValue: FuzzStructWire);
+// limits.ObjectSizes measures it. Those two are the server's only readers
+// of a DecideRequest's objects (the gateway reaches the server over gRPC,
+// through this codec). The message re-encodes to the same fields — the
+// objects' after the others — so anything that forwards or logs it
+// encoded sees the request it was sent.
 func unmarshalDecideRequest(data mem.BufferSlice, req *DecideRequest) error {
 	if data.Len() > maxVTRequestBytes {
 		return standard().Unmarshal(data, req)
@@ -134,7 +147,7 @@ func unmarshalDecideRequest(data mem.BufferSlice, req *DecideRequest) error {
 	buf := data.MaterializeToBuffer(codecPool)
 	defer buf.Free()
 	b := buf.ReadOnlyData()
-	if !plainWire(b, decideRequestWire()) || req.UnmarshalVT(b) != nil {
+	if !plainWire(b, decideRequestWire()) || unmarshalLeavingObjects(b, req) != nil {
 		req.Reset()
 		return standard().Unmarshal(data, req)
 	}

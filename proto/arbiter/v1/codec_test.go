@@ -8,7 +8,9 @@ import (
 	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -206,10 +208,38 @@ func FuzzServerDecideRequest(f *testing.F) {
 		if wantErr != nil {
 			return
 		}
-		if !proto.Equal(got, want) {
+		if !proto.Equal(reencoded(t, got), want) {
 			t.Fatalf("decoded messages differ:\n got %v\nwant %v", got, want)
 		}
+		// The objects left encoded are the fields' encodings.
+		for _, o := range []struct {
+			wire []byte
+			st   *structpb.Struct
+		}{{got.ObjectWire(), want.GetObject()}, {got.OldObjectWire(), want.GetOldObject()}} {
+			if o.wire == nil {
+				continue
+			}
+			s := &structpb.Struct{}
+			if err := proto.Unmarshal(o.wire, s); err != nil || !proto.Equal(s, o.st) {
+				t.Fatalf("object left encoded decodes to %v (%v), want %v", s, err, o.st)
+			}
+		}
 	})
+}
+
+// reencoded is m encoded and decoded with the standard codec: its objects
+// decoded when the server's codec left them encoded.
+func reencoded(t *testing.T, m *DecideRequest) *DecideRequest {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &DecideRequest{}
+	if err := proto.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestServerDecideRequestLarge: a request larger than maxVTRequestBytes
@@ -229,5 +259,78 @@ func TestServerDecideRequestLarge(t *testing.T) {
 	}
 	if err := ServerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &DecideRequest{}); err == nil {
 		t.Fatal("a Struct nested 12,000 deep was accepted")
+	}
+}
+
+// TestObjectWireFieldNumbers checks the field numbers the codec cuts out
+// against decision.proto.
+func TestObjectWireFieldNumbers(t *testing.T) {
+	fds := (&DecideRequest{}).ProtoReflect().Descriptor().Fields()
+	for name, num := range map[string]int{"object": int(decideRequestObject), "old_object": int(decideRequestOldObject)} {
+		fd := fds.ByName(protoreflect.Name(name))
+		if fd == nil || int(fd.Number()) != num || fd.Message().FullName() != "google.protobuf.Struct" {
+			t.Fatalf("DecideRequest.%s is not the Struct field %d", name, num)
+		}
+	}
+}
+
+// TestServerCodecLeavesObjectsEncoded: the server's codec leaves object
+// and old_object encoded (ObjectWire, OldObjectWire) on its fast path,
+// decodes the other fields, and the message re-encodes to the request;
+// the standard codec's path (here: an unknown field) decodes them.
+func TestServerCodecLeavesObjectsEncoded(t *testing.T) {
+	pod, err := structpb.NewStruct(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []*DecideRequest{
+		{Object: pod, Namespace: "ns", OldObject: &structpb.Struct{}, Operation: Operation_OPERATION_UPDATE, DryRun: true},
+		{Object: pod},
+		{OldObject: pod, Name: "p"},
+		{Name: "p"},
+	} {
+		b, err := proto.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &DecideRequest{}
+		if err := ServerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
+			t.Fatal(err)
+		}
+		if got.GetObject() != nil || got.GetOldObject() != nil {
+			t.Fatalf("%v: objects decoded on the fast path", want)
+		}
+		if (got.ObjectWire() != nil) != (want.Object != nil) || (got.OldObjectWire() != nil) != (want.OldObject != nil) {
+			t.Fatalf("%v: object left encoded %q, old object %q", want, got.ObjectWire(), got.OldObjectWire())
+		}
+		if got.GetName() != want.GetName() || got.GetNamespace() != want.GetNamespace() || got.GetOperation() != want.GetOperation() || got.GetDryRun() != want.GetDryRun() {
+			t.Fatalf("other fields: got %v, want %v", got, want)
+		}
+		if !proto.Equal(reencoded(t, got), want) {
+			t.Fatalf("re-encoded %v, want %v", reencoded(t, got), want)
+		}
+		vt, err := got.MarshalVT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := &DecideRequest{}
+		if err := proto.Unmarshal(vt, back); err != nil || !proto.Equal(back, want) {
+			t.Fatalf("re-encoded with vtprotobuf: %v (%v), want %v", back, err, want)
+		}
+	}
+	// An unknown field sends the request to the standard codec: decoded.
+	b, _ := proto.Marshal(&DecideRequest{Object: pod})
+	b = protowire.AppendTag(b, 999, protowire.VarintType)
+	b = protowire.AppendVarint(b, 1)
+	got := &DecideRequest{}
+	if err := ServerCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got.GetObject(), pod) || got.ObjectWire() != nil {
+		t.Fatalf("standard path: object %v, left encoded %q", got.GetObject(), got.ObjectWire())
+	}
+	// A message built with its object decoded reads as that.
+	if (&DecideRequest{Object: pod}).ObjectWire() != nil || (*DecideRequest)(nil).ObjectWire() != nil {
+		t.Fatal("ObjectWire of a message not from the codec")
 	}
 }

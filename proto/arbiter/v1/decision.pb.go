@@ -534,9 +534,16 @@ type DecideRequest struct {
 	Payload Payload `protobuf:"varint,21,opt,name=payload,proto3,enum=arbiter.v1.Payload" json:"payload,omitempty"`
 	// Which stages of the admission pipeline run: by default every mutation
 	// (MutatingPolicies), then every validation on the mutated object.
-	Stages        Stages `protobuf:"varint,25,opt,name=stages,proto3,enum=arbiter.v1.Stages" json:"stages,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stages Stages `protobuf:"varint,25,opt,name=stages,proto3,enum=arbiter.v1.Stages" json:"stages,omitempty"`
+	// Set by the admission webhook shim: the API server is admitting this
+	// request. Only such a request (not a dry run, and allowed) sets off the
+	// mutate-existing MutatingPolicies it qualifies for, on a replica with
+	// the Kubernetes source: their targets are then updated through the API
+	// server, after the response. A Decide from elsewhere (CI, a portal)
+	// never writes to the cluster.
+	AdmissionWebhook bool `protobuf:"varint,26,opt,name=admission_webhook,json=admissionWebhook,proto3" json:"admission_webhook,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
@@ -721,6 +728,13 @@ func (x *DecideRequest) GetStages() Stages {
 		return x.Stages
 	}
 	return Stages_STAGES_UNSPECIFIED
+}
+
+func (x *DecideRequest) GetAdmissionWebhook() bool {
+	if x != nil {
+		return x.AdmissionWebhook
+	}
+	return false
 }
 
 // PolicyResult is one policy's verdict on the request, in PolicyReport terms.
@@ -1918,7 +1932,7 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x16.arbiter.v1.StringListR\x05value:\x028\x01\"$\n" +
 	"\n" +
 	"StringList\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\tR\x06values\"\xf4\a\n" +
+	"\x06values\x18\x01 \x03(\tR\x06values\"\xa1\b\n" +
 	"\rDecideRequest\x12/\n" +
 	"\x06object\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06object\x126\n" +
 	"\n" +
@@ -1944,7 +1958,8 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x10request_resource\x18\x13 \x01(\v2 .arbiter.v1.GroupVersionResourceR\x0frequestResource\x120\n" +
 	"\x14request_sub_resource\x18\x14 \x01(\tR\x12requestSubResource\x12-\n" +
 	"\apayload\x18\x15 \x01(\x0e2\x13.arbiter.v1.PayloadR\apayload\x12*\n" +
-	"\x06stages\x18\x19 \x01(\x0e2\x12.arbiter.v1.StagesR\x06stages\"\xd2\x03\n" +
+	"\x06stages\x18\x19 \x01(\x0e2\x12.arbiter.v1.StagesR\x06stages\x12+\n" +
+	"\x11admission_webhook\x18\x1a \x01(\bR\x10admissionWebhook\"\xd2\x03\n" +
 	"\fPolicyResult\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1f\n" +
 	"\vpolicy_kind\x18\x02 \x01(\tR\n" +

@@ -512,7 +512,8 @@ func TestReportWriteRetried(t *testing.T) {
 }
 
 // TestReportsDigest: a report carries the digest of what Arbiter wrote; a
-// new term trusts it (writes nothing); a report someone else changes
+// new term trusts it (writes nothing), and adds it to a report without
+// it, keeping the results' timestamps; a report someone else changes
 // (results, with the digest left as it was) is written again, one whose
 // metadata alone someone else changes is not.
 func TestReportsDigest(t *testing.T) {
@@ -546,15 +547,30 @@ func TestReportsDigest(t *testing.T) {
 		}
 	}
 	first.halt()
+	// One report loses its digest (as written by an older Arbiter).
+	ann := g.GetAnnotations()
+	delete(ann, DigestAnnotation)
+	g.SetAnnotations(ann)
+	if g, err = kc.Dynamic.Resource(polrGVR).Namespace(ns).Update(ctx, g, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
-	// A new term: every report holds what it wants, by its digest.
+	// A new term: the report with its digest holds what it wants; the
+	// other is read and written once, with the digest and its result's
+	// timestamp.
 	f := startScan(t, &ReportsConfig{Delay: 50 * time.Millisecond})
-	eventually(t, "a full scan of the new term", func() bool { return f.src.ScanStats().FullScans > 0 && f.src.ScanStats().Evaluated >= 2 })
-	if st := f.src.ScanStats(); st.Created+st.Updated+st.Deleted != 0 {
+	eventually(t, "the report without a digest rewritten", func() bool { return f.src.ScanStats().Updated >= 1 })
+	eventually(t, "a full scan of the new term", func() bool { return f.src.ScanStats().FullScans > 1 })
+	time.Sleep(time.Second) // the scans of the pods' listing ran
+	if st := f.src.ScanStats(); st.Created+st.Deleted != 0 || st.Updated != 1 {
 		t.Errorf("the new term wrote reports: %+v", st)
 	}
 	if rv := getReport(t, ns, string(bad.UID)).GetResourceVersion(); rv != r.GetResourceVersion() {
 		t.Errorf("the report was written again (resourceVersion %s → %s)", r.GetResourceVersion(), rv)
+	}
+	cur := getReport(t, ns, string(good.UID))
+	if cur.GetAnnotations()[DigestAnnotation] != digestOf(canonical(cur)) || mustJSON(results(cur)[0]["timestamp"]) != mustJSON(results(g)[0]["timestamp"]) {
+		t.Errorf("the report without a digest, rewritten: %s", mustJSON(cur.Object))
 	}
 
 	// Someone else adds a label to one report and changes the other's
@@ -575,12 +591,12 @@ func TestReportsDigest(t *testing.T) {
 	if d := r.GetAnnotations()[DigestAnnotation]; d != digestOf(canonical(r)) {
 		t.Errorf("repaired report: digest %q, content %s", d, digestOf(canonical(r)))
 	}
-	eventually(t, "the repair counted", func() bool { return f.src.ScanStats().Updated == 1 })
+	eventually(t, "the repair counted", func() bool { return f.src.ScanStats().Updated == 2 })
 	time.Sleep(time.Second) // the label's scan ran with the repair's
 	if cur := getReport(t, ns, string(good.UID)); cur.GetResourceVersion() != g.GetResourceVersion() || cur.GetLabels()["team"] != "a" {
 		t.Errorf("the report whose label changed was written again: %s", mustJSON(cur.Object["metadata"]))
 	}
-	if st := f.src.ScanStats(); st.Updated != 1 || st.Created != 0 || st.WriteErrors != 0 {
+	if st := f.src.ScanStats(); st.Updated != 2 || st.Created != 0 || st.WriteErrors != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }

@@ -91,6 +91,8 @@ type fixture struct {
 	t   *testing.T
 	srv *server.Server
 	src *Source
+	// halt, when set, ends the source's term and waits until it stopped.
+	halt func()
 }
 
 // start runs a primary (in-process, on a fresh bbolt file) fed by a Source,

@@ -1,11 +1,18 @@
 package kubesource
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"hash/maphash"
+	"maps"
 	"sort"
 	"strconv"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
@@ -13,12 +20,17 @@ import (
 
 // The reports' metadata, as Kyverno's reports controller writes it: the
 // one label (report consumers, Policy Reporter among them, select on it),
-// and Arbiter's annotation naming the revision of the scan that last
-// changed the report.
+// and Arbiter's annotations naming the revision of the scan that last
+// changed the report and the digest of its content.
 const (
 	ManagedByReportLabel = "app.kubernetes.io/managed-by"
 	ManagedByReportValue = "kyverno"
 	RevisionAnnotation   = "reports.arbiter.dev/revision"
+	// DigestAnnotation is the digest of the report's content as Arbiter
+	// wrote it (canonical: results without their timestamps, summary,
+	// scope, owner, label): Arbiter watches only the reports' metadata and
+	// tells from it whether a report holds what it would write.
+	DigestAnnotation = "reports.arbiter.dev/digest"
 )
 
 // buildReport is the report of an object: a PolicyReport (a
@@ -149,59 +161,133 @@ func canonical(u *unstructured.Unstructured) string {
 	return string(b)
 }
 
-// updateOf is cur made into want: want's content and metadata, on cur's
-// object (its resourceVersion and other metadata), with the timestamps of
-// the results that did not change.
-func updateOf(cur, want *unstructured.Unstructured) *unstructured.Unstructured {
-	out := cur.DeepCopy()
-	stamps := map[string]any{}
-	old, _ := cur.Object["results"].([]any)
-	for _, r := range old {
+// digestOf is the digest of a report's canonical form, written to its
+// DigestAnnotation: 128 bits of SHA-256, in hex.
+func digestOf(canon string) string {
+	sum := sha256.Sum256([]byte(canon))
+	return hex.EncodeToString(sum[:16])
+}
+
+// stamp is the timestamp of a result written, by the hash of the result
+// without it (resultKey).
+type stamp struct {
+	key uint64
+	ts  any
+}
+
+// stampSeed hashes results in memory only (never written).
+var stampSeed = maphash.MakeSeed()
+
+// stampsOf are the timestamps of results, by result.
+func stampsOf(results []any) []stamp {
+	out := make([]stamp, 0, len(results))
+	for _, r := range results {
 		rm, _ := r.(map[string]any)
 		if ts, ok := rm["timestamp"]; ok {
-			stamps[resultKey(rm)] = ts
+			out = append(out, stamp{key: resultKey(rm), ts: ts})
 		}
 	}
-	results, _ := want.Object["results"].([]any)
-	rs := make([]any, len(results))
-	for i, r := range results {
-		rm, _ := r.(map[string]any)
-		c := make(map[string]any, len(rm))
-		for k, v := range rm {
-			c[k] = v
-		}
-		if ts, ok := stamps[resultKey(rm)]; ok {
-			c["timestamp"] = ts
-		}
-		rs[i] = c
-	}
-	out.Object["results"] = rs
-	out.Object["scope"] = want.Object["scope"]
-	out.Object["summary"] = want.Object["summary"]
-	labels := out.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[ManagedByReportLabel] = ManagedByReportValue
-	out.SetLabels(labels)
-	ann := out.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[RevisionAnnotation] = want.GetAnnotations()[RevisionAnnotation]
-	out.SetAnnotations(ann)
-	out.SetOwnerReferences(want.GetOwnerReferences())
 	return out
 }
 
-// resultKey identifies a result without its timestamp.
-func resultKey(r map[string]any) string {
-	c := make(map[string]any, len(r))
-	for k, v := range r {
-		if k != "timestamp" {
-			c[k] = v
+// reportBody is the report to write: want's content and its label,
+// annotations (with digest as DigestAnnotation) and owner, on the
+// metadata of base (the stored report's, with its resourceVersion; for a
+// new report only its name and namespace). The results that were already
+// there (in prev) keep their timestamps. It returns the JSON and the
+// timestamps written.
+func reportBody(base metav1.ObjectMeta, want *unstructured.Unstructured, prev []stamp, digest string) ([]byte, []stamp, error) {
+	md := base
+	md.ManagedFields = nil // the API server keeps the stored ones
+	md.Labels = maps.Clone(md.Labels)
+	if md.Labels == nil {
+		md.Labels = map[string]string{}
+	}
+	md.Labels[ManagedByReportLabel] = ManagedByReportValue
+	md.Annotations = maps.Clone(md.Annotations)
+	if md.Annotations == nil {
+		md.Annotations = map[string]string{}
+	}
+	md.Annotations[RevisionAnnotation] = want.GetAnnotations()[RevisionAnnotation]
+	md.Annotations[DigestAnnotation] = digest
+	md.OwnerReferences = want.GetOwnerReferences()
+	old := make(map[uint64]any, len(prev))
+	for _, st := range prev {
+		old[st.key] = st.ts
+	}
+	results, _ := want.Object["results"].([]any)
+	rs := make([]any, len(results))
+	stamps := make([]stamp, 0, len(results))
+	for i, r := range results {
+		rm, _ := r.(map[string]any)
+		key := resultKey(rm)
+		ts, ok := old[key]
+		if !ok {
+			ts = rm["timestamp"]
+		}
+		if ok && len(rm) > 0 {
+			c := maps.Clone(rm)
+			c["timestamp"] = ts
+			rm = c
+		}
+		rs[i] = rm
+		stamps = append(stamps, stamp{key: key, ts: ts})
+	}
+	b, err := json.Marshal(struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+		Scope      any               `json:"scope,omitempty"`
+		Results    []any             `json:"results"`
+		Summary    any               `json:"summary"`
+	}{want.GetAPIVersion(), want.GetKind(), md, want.Object["scope"], rs, want.Object["summary"]})
+	return b, stamps, err
+}
+
+// resultKey identifies a result without its timestamp: the hash of its
+// fields, sorted, with their values.
+func resultKey(r map[string]any) uint64 {
+	var h maphash.Hash
+	h.SetSeed(stampSeed)
+	hashKeyed(&h, r, "timestamp")
+	return h.Sum64()
+}
+
+func hashKeyed(h *maphash.Hash, m map[string]any, skip string) {
+	var buf [16]string
+	keys := buf[:0]
+	for k := range m {
+		if k != skip {
+			keys = append(keys, k)
 		}
 	}
-	b, _ := json.Marshal(c)
-	return string(b)
+	sort.Strings(keys)
+	var n [8]byte
+	str := func(s string) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		_, _ = h.Write(n[:])
+		_, _ = h.WriteString(s)
+	}
+	_ = h.WriteByte('{')
+	for _, k := range keys {
+		str(k)
+		switch v := m[k].(type) {
+		case string:
+			_ = h.WriteByte('s')
+			str(v)
+		case bool:
+			_ = h.WriteByte('b')
+			if v {
+				_ = h.WriteByte(1)
+			} else {
+				_ = h.WriteByte(0)
+			}
+		case map[string]any:
+			hashKeyed(h, v, "")
+		default:
+			_ = h.WriteByte('v')
+			str(fmt.Sprintf("%T %#v", v, v))
+		}
+	}
+	_ = h.WriteByte('}')
 }

@@ -1,9 +1,11 @@
 package kubesource
 
 import (
+	"maps"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/arbiter-pdp/arbiter/engine/outcome"
@@ -19,8 +21,8 @@ func reportPod(namespace string) *unstructured.Unstructured {
 
 // buildReport: Kyverno's layout (name = UID, the one label, owner, scope,
 // sorted results, summary); canonical ignores the timestamps and the
-// revision; updateOf keeps an unchanged result's timestamp and the stored
-// object's metadata.
+// revision; reportBody keeps an unchanged result's timestamp and the
+// stored object's metadata, without its managedFields.
 func TestBuildReport(t *testing.T) {
 	rs := []outcome.Result{
 		{Policy: "b", Result: outcome.Fail, Message: "no", Source: outcome.SourceValidatingPolicy, Scored: true, Properties: map[string]string{"process": "background scan", "cel.validationIndex": "0"}},
@@ -47,11 +49,31 @@ func TestBuildReport(t *testing.T) {
 	if canonical(changed) == canonical(r) {
 		t.Fatal("a changed message leaves the report the same")
 	}
-	stored := r.DeepCopy()
-	stored.SetResourceVersion("42")
-	up := updateOf(stored, changed)
-	if up.GetResourceVersion() != "42" || up.GetAnnotations()[RevisionAnnotation] != "9" || canonical(up) != canonical(changed) {
-		t.Errorf("update %s", mustJSON(up.Object))
+	// The stored report as read back from the API server.
+	stored := &unstructured.Unstructured{}
+	if err := stored.UnmarshalJSON([]byte(mustJSON(r.Object))); err != nil {
+		t.Fatal(err)
+	}
+	base := metav1.ObjectMeta{Name: "0b5e", Namespace: "ns", ResourceVersion: "42", Labels: map[string]string{"team": "a"},
+		Annotations: map[string]string{"note": "kept", RevisionAnnotation: "7"}, Finalizers: []string{"example.com/keep"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "arbiter", Operation: metav1.ManagedFieldsOperationUpdate}}}
+	results, _ := stored.Object["results"].([]any)
+	digest := digestOf(canonical(changed))
+	body, stamps, err := reportBody(base, changed, stampsOf(results), digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &unstructured.Unstructured{}
+	if err := up.UnmarshalJSON(body); err != nil {
+		t.Fatal(err)
+	}
+	if up.GetResourceVersion() != "42" || up.GetAnnotations()[RevisionAnnotation] != "9" || up.GetAnnotations()[DigestAnnotation] != digest ||
+		up.GetAnnotations()["note"] != "kept" || up.GetLabels()["team"] != "a" || up.GetLabels()[ManagedByReportLabel] != ManagedByReportValue ||
+		len(up.GetFinalizers()) != 1 || up.GetManagedFields() != nil || canonical(up) != canonical(changed) {
+		t.Errorf("update %s", body)
+	}
+	if len(digest) != 32 || digestOf(canonical(r)) == digest {
+		t.Errorf("digest %q", digest)
 	}
 	res := up.Object["results"].([]any)
 	if ts := res[0].(map[string]any)["timestamp"].(map[string]any)["seconds"]; ts != int64(1700000000) {
@@ -59,5 +81,43 @@ func TestBuildReport(t *testing.T) {
 	}
 	if ts := res[1].(map[string]any)["timestamp"].(map[string]any)["seconds"]; ts != int64(1700003600) {
 		t.Errorf("the changed result's timestamp: %v", ts)
+	}
+	if len(stamps) != 2 || stamps[0].key != stampsOf(results)[0].key || stamps[1].key == stampsOf(results)[1].key {
+		t.Errorf("stamps %v", stamps)
+	}
+
+	// A new report: only its name and namespace, no resourceVersion.
+	body, _, err = reportBody(metav1.ObjectMeta{Name: "0b5e", Namespace: "ns"}, r, nil, digestOf(canonical(r)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := &unstructured.Unstructured{}
+	if err := created.UnmarshalJSON(body); err != nil {
+		t.Fatal(err)
+	}
+	if created.GetAnnotations()[DigestAnnotation] != digestOf(canonical(r)) || created.GetResourceVersion() != "" {
+		t.Errorf("created %s", body)
+	}
+	created.SetAnnotations(r.GetAnnotations())
+	if got, want := mustJSON(created.Object), mustJSON(r.Object); got != want {
+		t.Errorf("created\n got %s\nwant %s", got, want)
+	}
+}
+
+// resultKey tells results apart by every field but the timestamp.
+func TestResultKey(t *testing.T) {
+	a := map[string]any{"policy": "p", "result": "fail", "scored": true, "properties": map[string]any{"process": "background scan", "x": "1"},
+		"timestamp": map[string]any{"seconds": int64(1)}}
+	b := maps.Clone(a)
+	b["timestamp"] = map[string]any{"seconds": int64(2)}
+	if resultKey(a) != resultKey(b) {
+		t.Error("the timestamp counts")
+	}
+	for k, v := range map[string]any{"policy": "q", "scored": false, "properties": map[string]any{"process": "background scan", "x": "2"}, "message": "m"} {
+		c := maps.Clone(a)
+		c[k] = v
+		if resultKey(c) == resultKey(a) {
+			t.Errorf("%s does not count", k)
+		}
 	}
 }

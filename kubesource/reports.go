@@ -8,6 +8,7 @@ package kubesource
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,7 +28,11 @@ import (
 	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -137,17 +142,25 @@ type resWatch struct {
 }
 
 // wrote remembers a report write: while the wanted report is the same it
-// is not written again.
+// is not written again. A zero digest is a report deleted; foreign a
+// report someone else changed since (read whole before it is written).
 type wrote struct {
-	rv, canon string
+	rv, digest string
+	// stamps are the timestamps of the results written.
+	stamps  []stamp
+	foreign bool
 }
 
 type scanner struct {
-	s    *Source
-	cfg  ReportsConfig
-	log  *slog.Logger
-	dyn  dynamic.Interface // rate-limited (QPS, Burst): the report writes
-	read dynamic.Interface // the informers
+	s   *Source
+	cfg ReportsConfig
+	log *slog.Logger
+	dyn dynamic.Interface // rate-limited (QPS, Burst): the report writes
+	// rw writes reports (rate-limited likewise) and reads back only their
+	// metadata.
+	rw   *rest.RESTClient
+	read dynamic.Interface  // the informers of the scanned resources
+	meta metadata.Interface // the informers of the reports (metadata only)
 	disc discovery.DiscoveryInterface
 	wake chan struct{}
 
@@ -171,6 +184,9 @@ type scanner struct {
 	wg        sync.WaitGroup
 
 	n *ScanCounters
+	// reads counts the reports read whole (changed by someone else, or
+	// written by an earlier term without the digest).
+	reads atomic.Uint64
 }
 
 // ScanCounters count what the background scans did. One value may be
@@ -230,13 +246,26 @@ func newScanner(s *Source, cfg ReportsConfig) (*scanner, error) {
 	cfg.defaults()
 	rc := *s.cfg.Rest
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	// One budget for every request about the reports (writes, reads of a
+	// changed one, deletions).
+	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	dyn, err := dynamic.NewForConfig(&rc)
+	if err != nil {
+		return nil, err
+	}
+	mc := metadata.ConfigFor(&rc)
+	mc.GroupVersion, mc.APIPath = &schema.GroupVersion{}, "/apis"
+	rw, err := rest.RESTClientFor(mc)
 	if err != nil {
 		return nil, err
 	}
 	read := *s.cfg.Rest
 	read.QPS, read.Burst = max(read.QPS, 50), max(read.Burst, 100)
 	rdyn, err := dynamic.NewForConfig(&read)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := metadata.NewForConfig(&read)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +277,7 @@ func newScanner(s *Source, cfg ReportsConfig) (*scanner, error) {
 	if n == nil {
 		n = &ScanCounters{}
 	}
-	return &scanner{s: s, cfg: cfg, n: n, log: s.cfg.Logger.With("component", "kube-scan"), dyn: dyn, read: rdyn, disc: disc,
+	return &scanner{s: s, cfg: cfg, n: n, log: s.cfg.Logger.With("component", "kube-scan"), dyn: dyn, rw: rw, read: rdyn, meta: meta, disc: disc,
 		wake: make(chan struct{}, 1), dirty: map[objRef]bool{}, gone: map[reportRef]bool{}, wrote: map[reportRef]wrote{},
 		watches: map[schema.GroupResource]*resWatch{}, infos: map[store.Key]storedInfo{}}, nil
 }
@@ -285,25 +314,16 @@ var (
 	cpolrGVR = schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "clusterpolicyreports"}
 )
 
-// reportInformer watches the reports labelled as Kyverno's (those the
-// scans own).
+// reportInformer watches the metadata of the reports labelled as
+// Kyverno's (those the scans own): the API server neither sends nor
+// encodes their results, and the digest annotation says what they hold.
 func (sc *scanner) reportInformer(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
-	ri := sc.read.Resource(gvr)
 	sel := ManagedByReportLabel + "=" + ManagedByReportValue
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (kruntime.Object, error) {
-			opts.LabelSelector = sel
-			return ri.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (apiwatch.Interface, error) {
-			opts.LabelSelector = sel
-			return ri.Watch(ctx, opts)
-		},
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: gvr.String()})
+	inf := metadatainformer.NewFilteredMetadataInformer(sc.meta, gvr, metav1.NamespaceAll, 0, cache.Indexers{},
+		func(opts *metav1.ListOptions) { opts.LabelSelector = sel }).Informer()
 	_ = inf.SetTransform(func(obj any) (any, error) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			u.SetManagedFields(nil)
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			m.ManagedFields = nil
 		}
 		return obj, nil
 	})
@@ -326,41 +346,54 @@ func (sc *scanner) reportInformer(gvr schema.GroupVersionResource) cache.SharedI
 }
 
 // reportChanged rescans the object of a report that someone else changed
-// or deleted.
+// or deleted (found by its UID, the report's name): a changed one is read
+// whole and written again if it no longer holds what the scan wants.
 func (sc *scanner) reportChanged(obj any, deleted bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	u, ok := obj.(*unstructured.Unstructured)
+	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return
 	}
-	ref := reportRef{ns: u.GetNamespace(), name: u.GetName()}
+	ref := reportRef{ns: m.Namespace, name: m.Name}
 	sc.mu.Lock()
 	w, known := sc.wrote[ref]
-	if known && !deleted && w.rv == u.GetResourceVersion() {
+	if known && !deleted && w.rv == m.ResourceVersion {
 		sc.mu.Unlock()
 		return // our own write
 	}
-	delete(sc.wrote, ref)
-	scope, _ := u.Object["scope"].(map[string]any)
-	av, _ := scope["apiVersion"].(string)
-	kind, _ := scope["kind"].(string)
-	name, _ := scope["name"].(string)
-	gv, _ := schema.ParseGroupVersion(av)
-	var gr schema.GroupResource
-	for g, w := range sc.watches {
-		if w.gvk.GroupKind() == gv.WithKind(kind).GroupKind() {
-			gr = g
+	if deleted {
+		delete(sc.wrote, ref)
+	} else {
+		sc.wrote[ref] = wrote{foreign: true}
+	}
+	var found []objRef
+	for gr, w := range sc.watches {
+		objs, _ := w.inf.GetIndexer().ByIndex(uidIndex, m.Name)
+		for _, o := range objs {
+			if u, ok := o.(*unstructured.Unstructured); ok && u.GetNamespace() == m.Namespace {
+				found = append(found, objRef{gr: gr, ns: u.GetNamespace(), name: u.GetName()})
+			}
 		}
 	}
-	if gr.Resource != "" {
-		sc.dirty[objRef{gr: gr, ns: u.GetNamespace(), name: name}] = true
+	for _, r := range found {
+		sc.dirty[r] = true
 	}
 	sc.mu.Unlock()
-	if gr.Resource != "" {
+	if len(found) > 0 {
 		sc.poke()
 	}
+}
+
+// uidIndex indexes the scanned objects by UID (their reports' names).
+const uidIndex = "uid"
+
+func indexUID(obj any) ([]string, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return []string{string(u.GetUID())}, nil
+	}
+	return nil, nil
 }
 
 // run scans until ctx ends, from the source's first comparison on.
@@ -421,9 +454,16 @@ func (sc *scanner) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-sc.wake:
-			select {
-			case <-ctx.Done():
-			case <-time.After(sc.cfg.Delay):
+			// Object changes are gathered for Delay; a full scan (an
+			// informer listed) does not wait.
+			sc.mu.Lock()
+			full := sc.full
+			sc.mu.Unlock()
+			if !full {
+				select {
+				case <-ctx.Done():
+				case <-time.After(sc.cfg.Delay):
+				}
 			}
 		case <-next:
 		case <-tick.C:
@@ -667,7 +707,8 @@ func (sc *scanner) resourceInformer(w *resWatch) cache.SharedIndexInformer {
 			return ri.Watch(ctx, opts)
 		},
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String()})
+	inf := cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: w.gvr.String(),
+		Indexers: cache.Indexers{uidIndex: indexUID}})
 	gvk := w.gvk
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
@@ -735,12 +776,14 @@ type scanTarget struct {
 type job struct {
 	// obj is the object scanned (zero for the report of an object gone):
 	// a failed write scans it again.
-	obj      objRef
-	ref      reportRef
-	cluster  bool
-	want     *unstructured.Unstructured
-	canon    string
-	existing *unstructured.Unstructured
+	obj     objRef
+	ref     reportRef
+	cluster bool
+	want    *unstructured.Unstructured
+	canon   string
+	digest  string
+	// existing is the stored report's metadata (nil: none known).
+	existing *metav1.PartialObjectMetadata
 }
 
 // scan evaluates what is due (every object, or those that changed) at
@@ -832,11 +875,11 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 			// policy matches any more.
 			for _, inf := range []cache.SharedIndexInformer{sc.polr, sc.cpolr} {
 				for _, o := range inf.GetStore().List() {
-					u, ok := o.(*unstructured.Unstructured)
+					m, ok := o.(*metav1.PartialObjectMetadata)
 					if !ok {
 						continue
 					}
-					ref := reportRef{ns: u.GetNamespace(), name: u.GetName()}
+					ref := reportRef{ns: m.Namespace, name: m.Name}
 					if !desired[ref] {
 						for _, j := range sc.diff(nil, ref, ref.ns == "", nil) {
 							w.put(ctx, j)
@@ -859,7 +902,7 @@ func (sc *scanner) scan(ctx context.Context, snap Snapshot) (time.Time, error) {
 	if writes == 0 && !full {
 		sc.log.Debug("background scan", "revision", rev, "objects", len(targets))
 	} else {
-		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", writes, "evaluated_in", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
+		sc.log.Info("background scan", "revision", rev, "full", full, "objects", len(targets), "writes", writes, "reports_read", sc.reads.Load(), "evaluated_in", evaluated.Round(time.Millisecond), "took", time.Since(now).Round(time.Millisecond))
 	}
 	return expiry, err
 }
@@ -905,8 +948,9 @@ func (sc *scanner) evaluate(ctx context.Context, ps *engine.PolicySet, c kyverno
 	wg.Wait()
 }
 
-// existing is the report stored under ref (from the informers).
-func (sc *scanner) existing(ref reportRef, cluster bool) *unstructured.Unstructured {
+// existing is the metadata of the report stored under ref (from the
+// informers).
+func (sc *scanner) existing(ref reportRef, cluster bool) *metav1.PartialObjectMetadata {
 	inf, id := sc.polr, ref.ns+"/"+ref.name
 	if cluster {
 		inf, id = sc.cpolr, ref.name
@@ -915,36 +959,38 @@ func (sc *scanner) existing(ref reportRef, cluster bool) *unstructured.Unstructu
 	if !ok {
 		return nil
 	}
-	u, _ := o.(*unstructured.Unstructured)
-	return u
+	m, _ := o.(*metav1.PartialObjectMetadata)
+	return m
 }
 
-// diff appends the write that makes the report of ref want (nil: no report).
+// diff appends the write that makes the report of ref want (nil: no
+// report). A report is taken to hold want when Arbiter wrote it so (its
+// digest), this term or, by its DigestAnnotation, an earlier one, and
+// nobody else changed it since.
 func (sc *scanner) diff(jobs []job, ref reportRef, cluster bool, want *unstructured.Unstructured) []job {
 	cur := sc.existing(ref, cluster)
+	sc.mu.Lock()
+	w, known := sc.wrote[ref]
+	sc.mu.Unlock()
 	if want == nil {
-		sc.mu.Lock()
-		w, known := sc.wrote[ref]
-		sc.mu.Unlock()
-		if cur == nil && (!known || w.canon == "") {
+		if cur == nil && (!known || w.digest == "" && !w.foreign) {
 			return jobs
 		}
-		if known && w.canon == "" {
+		if known && w.digest == "" && !w.foreign {
 			return jobs // deleted by us; the informer is behind
 		}
 		return append(jobs, job{ref: ref, cluster: cluster, existing: cur})
 	}
 	canon := canonical(want)
-	if cur != nil && canonical(cur) == canon {
+	digest := digestOf(canon)
+	switch {
+	case known && w.foreign:
+	case known && w.digest == digest:
+		return jobs // written; the informer may be behind
+	case !known && cur != nil && cur.Annotations[DigestAnnotation] == digest:
 		return jobs
 	}
-	sc.mu.Lock()
-	w, known := sc.wrote[ref]
-	sc.mu.Unlock()
-	if known && w.canon == canon {
-		return jobs // written; the informer is behind
-	}
-	return append(jobs, job{ref: ref, cluster: cluster, want: want, canon: canon, existing: cur})
+	return append(jobs, job{ref: ref, cluster: cluster, want: want, canon: canon, digest: digest, existing: cur})
 }
 
 // writer runs report writes, Workers at a time (the client's QPS and
@@ -1015,11 +1061,72 @@ func (sc *scanner) client(j *job) dynamic.ResourceInterface {
 	return sc.dyn.Resource(polrGVR).Namespace(j.ref.ns)
 }
 
+// reportPath is the API path of the reports of j's kind, or of j's report
+// when named.
+func reportPath(j *job, named bool) string {
+	p := "/apis/" + polrGVR.Group + "/" + polrGVR.Version + "/"
+	if j.cluster {
+		p += cpolrGVR.Resource
+	} else {
+		p += "namespaces/" + j.ref.ns + "/" + polrGVR.Resource
+	}
+	if named {
+		p += "/" + j.ref.name
+	}
+	return p
+}
+
+// metadataOnly asks the API server to answer a write with the object's
+// metadata alone.
+const metadataOnly = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
+// put creates (base without a resourceVersion) or replaces the report of
+// j; it returns the resourceVersion written and the results' timestamps.
+func (sc *scanner) put(ctx context.Context, j *job, base metav1.ObjectMeta, prev []stamp) (string, []stamp, error) {
+	body, stamps, err := reportBody(base, j.want, prev, j.digest)
+	if err != nil {
+		return "", nil, err
+	}
+	req := sc.rw.Post().AbsPath(reportPath(j, false))
+	if base.ResourceVersion != "" {
+		req = sc.rw.Put().AbsPath(reportPath(j, true))
+	}
+	raw, err := req.SetHeader("Content-Type", "application/json").SetHeader("Accept", metadataOnly).
+		Param("fieldManager", sc.s.cfg.Component).Param("fieldValidation", metav1.FieldValidationIgnore).
+		Body(body).Do(ctx).Raw()
+	if err != nil {
+		return "", nil, err
+	}
+	var out metav1.PartialObjectMetadata
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "", nil, fmt.Errorf("reading the API server's answer: %w", err)
+	}
+	return out.ResourceVersion, stamps, nil
+}
+
+// readReport reads the stored report of j whole (nil: none); matches says it
+// holds what j wants (then remembered as written).
+func (sc *scanner) readReport(ctx context.Context, j *job) (cur *unstructured.Unstructured, matches bool, err error) {
+	sc.reads.Add(1)
+	cur, err = sc.client(j).Get(ctx, j.ref.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	cur.SetManagedFields(nil)
+	if canonical(cur) == j.canon && cur.GetAnnotations()[DigestAnnotation] == j.digest {
+		results, _ := cur.Object["results"].([]any)
+		sc.remember(j.ref, cur.GetResourceVersion(), j.digest, stampsOf(results))
+		return cur, true, nil
+	}
+	return cur, false, nil
+}
+
 func (sc *scanner) writeOne(ctx context.Context, j *job) error {
-	ri := sc.client(j)
-	opts := metav1.UpdateOptions{FieldManager: sc.s.cfg.Component}
 	if j.want == nil {
-		err := ri.Delete(ctx, j.ref.name, metav1.DeleteOptions{})
+		err := sc.client(j).Delete(ctx, j.ref.name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting the report %s/%s: %w", j.ref.ns, j.ref.name, err)
 		}
@@ -1031,53 +1138,66 @@ func (sc *scanner) writeOne(ctx context.Context, j *job) error {
 		}
 		return nil
 	}
-	cur := j.existing
+	sc.mu.Lock()
+	w, known := sc.wrote[j.ref]
+	sc.mu.Unlock()
+	// base is the stored report's metadata (none: created), prev the
+	// timestamps of its results.
+	base := metav1.ObjectMeta{Name: j.ref.name, Namespace: j.ref.ns}
+	var prev []stamp
+	stale := false
+	switch {
+	case known && !w.foreign && w.digest != "":
+		// Written by us this term: its resourceVersion and timestamps are
+		// known (the informer may be behind).
+		if j.existing != nil {
+			base = j.existing.ObjectMeta
+		}
+		base.ResourceVersion, prev = w.rv, w.stamps
+	case j.existing != nil || known && w.foreign:
+		// An earlier term's or someone else's: read whole.
+		stale = true
+	}
 	for attempt := 0; ; attempt++ {
-		var out *unstructured.Unstructured
-		var err error
-		if cur == nil {
-			out, err = ri.Create(ctx, j.want, metav1.CreateOptions{FieldManager: sc.s.cfg.Component})
-			if apierrors.IsAlreadyExists(err) && attempt < 3 {
-				if cur, err = ri.Get(ctx, j.ref.name, metav1.GetOptions{}); err == nil {
-					if canonical(cur) == j.canon {
-						sc.remember(j.ref, cur, j.canon)
-						return nil
-					}
-					continue
+		if stale {
+			cur, matches, err := sc.readReport(ctx, j)
+			if err != nil {
+				return fmt.Errorf("reading the report %s/%s: %w", j.ref.ns, j.ref.name, err)
+			}
+			if matches {
+				return nil
+			}
+			base, prev = metav1.ObjectMeta{Name: j.ref.name, Namespace: j.ref.ns}, nil
+			if cur != nil {
+				results, _ := cur.Object["results"].([]any)
+				prev = stampsOf(results)
+				md, _ := cur.Object["metadata"].(map[string]any)
+				if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(md, &base); err != nil {
+					return fmt.Errorf("reading the report %s/%s: %w", j.ref.ns, j.ref.name, err)
 				}
 			}
-			if err == nil {
-				sc.n.Created.Add(1)
-			}
-		} else {
-			obj := updateOf(cur, j.want)
-			out, err = ri.Update(ctx, obj, opts)
-			if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && attempt < 3 {
-				if cur, err = ri.Get(ctx, j.ref.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-					cur = nil
-					continue
-				} else if err == nil {
-					if canonical(cur) == j.canon {
-						sc.remember(j.ref, cur, j.canon)
-						return nil
-					}
-					continue
-				}
-			}
-			if err == nil {
-				sc.n.Updated.Add(1)
-			}
+		}
+		create := base.ResourceVersion == ""
+		rv, stamps, err := sc.put(ctx, j, base, prev)
+		if err != nil && attempt < 3 && (apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err)) {
+			stale = true
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("writing the report %s/%s: %w", j.ref.ns, j.ref.name, err)
 		}
-		sc.remember(j.ref, out, j.canon)
+		if create {
+			sc.n.Created.Add(1)
+		} else {
+			sc.n.Updated.Add(1)
+		}
+		sc.remember(j.ref, rv, j.digest, stamps)
 		return nil
 	}
 }
 
-func (sc *scanner) remember(ref reportRef, out *unstructured.Unstructured, canon string) {
+func (sc *scanner) remember(ref reportRef, rv, digest string, stamps []stamp) {
 	sc.mu.Lock()
-	sc.wrote[ref] = wrote{rv: out.GetResourceVersion(), canon: canon}
+	sc.wrote[ref] = wrote{rv: rv, digest: digest, stamps: stamps}
 	sc.mu.Unlock()
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,16 +157,7 @@ func BenchmarkBackgroundScan(b *testing.B) {
 		cpu0, self0 := serverCPU(), procCPU("/proc/self")
 		if out := os.Getenv("ARBITER_SCAN_BENCH_PPROF"); out != "" {
 			// A CPU profile of the API server during the scan.
-			go func() {
-				time.Sleep(5 * time.Second)
-				raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(context.Background())
-				if err == nil {
-					err = os.WriteFile(out, raw, 0o600)
-				}
-				if err != nil {
-					b.Log("profiling the API server:", err)
-				}
-			}()
+			go profileServer(b, cs, out, 5*time.Second, 10)
 		}
 		f := startScanTB(b, &ReportsConfig{Workers: benchWorkers()})
 		for f.src.ScanStats().Created < uint64(n) {
@@ -196,6 +188,14 @@ func BenchmarkBackgroundScan(b *testing.B) {
 		if _, err := kc.Apply(ctx, changed); err != nil {
 			b.Fatal(err)
 		}
+		if out := os.Getenv("ARBITER_SCAN_BENCH_PPROF_CHANGE"); out != "" {
+			// A CPU profile of the API server while the reports are updated.
+			go profileServer(b, cs, out, time.Second, 8)
+		}
+		if out := os.Getenv("ARBITER_SCAN_BENCH_SELF_PPROF"); out != "" {
+			// A CPU profile of Arbiter (this process) likewise.
+			go profileSelf(b, out, time.Second, 8*time.Second)
+		}
 		want := before + uint64(n/2)
 		for f.src.ScanStats().Updated < want {
 			if time.Since(start) > 5*time.Minute {
@@ -207,6 +207,7 @@ func BenchmarkBackgroundScan(b *testing.B) {
 		b.Logf("policy change: %d reports updated in %v (%+v)", n/2, upd.Round(time.Millisecond), f.src.ScanStats())
 		b.ReportMetric(upd.Seconds(), "s/policy-change")
 		b.ReportMetric(float64((serverCPU()-cpu1).Milliseconds())/float64(n/2), "apiserver+etcd-cpu-ms/update")
+		b.ReportMetric(float64((procCPU("/proc/self")-self1).Milliseconds())/float64(n/2), "arbiter-cpu-ms/update")
 
 		// An exception for 1 violating pod in 50: their reports change.
 		ex := map[string]any{
@@ -247,6 +248,37 @@ func BenchmarkBackgroundScan(b *testing.B) {
 			}
 		}
 	}
+}
+
+// profileServer writes a CPU profile of the API server of seconds, taken
+// after wait, to out.
+func profileServer(b *testing.B, cs kubernetes.Interface, out string, wait time.Duration, seconds int) {
+	time.Sleep(wait)
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(context.Background())
+	if err == nil {
+		err = os.WriteFile(out, raw, 0o600)
+	}
+	if err != nil {
+		b.Log("profiling the API server:", err)
+	}
+}
+
+// profileSelf writes a CPU profile of this process for d, taken after
+// wait, to out.
+func profileSelf(b *testing.B, out string, wait, d time.Duration) {
+	time.Sleep(wait)
+	f, err := os.Create(out)
+	if err != nil {
+		b.Log("profiling:", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Log("profiling:", err)
+		return
+	}
+	time.Sleep(d)
+	pprof.StopCPUProfile()
 }
 
 func deepCopyMap(m map[string]any) map[string]any {

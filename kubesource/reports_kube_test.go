@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,9 +56,12 @@ func startScanTB(t testing.TB, rc *ReportsConfig) *fixture {
 		defer close(done)
 		_ = src.Run(ctx)
 	}()
-	t.Cleanup(func() {
+	halt := sync.OnceFunc(func() {
 		cancel()
 		<-done
+	})
+	t.Cleanup(func() {
+		halt()
 		srv.Shutdown(context.Background())
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs.String())
@@ -68,7 +72,7 @@ func startScanTB(t testing.TB, rc *ReportsConfig) *fixture {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the source did not write its first comparison in 60 s")
 	}
-	return &fixture{srv: srv, src: src}
+	return &fixture{srv: srv, src: src, halt: halt}
 }
 
 // scanNamespace makes a namespace labelled scan=id with the default
@@ -504,5 +508,95 @@ func TestReportWriteRetried(t *testing.T) {
 	eventually(t, "the write retried twice", func() bool { return f.src.ScanStats().WriteErrors >= st.WriteErrors+2 })
 	if got := f.src.ScanStats(); got.FullScans != st.FullScans || got.Scans <= st.Scans {
 		t.Errorf("retries: %+v, then %+v", st, got)
+	}
+}
+
+// TestReportsDigest: a report carries the digest of what Arbiter wrote; a
+// new term trusts it (writes nothing), and adds it to a report without
+// it, keeping the results' timestamps; a report someone else changes
+// (results, with the digest left as it was) is written again, one whose
+// metadata alone someone else changes is not.
+func TestReportsDigest(t *testing.T) {
+	needAPIServer(t)
+	cs, err := kubernetes.NewForConfig(apiserver.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := fmt.Sprintf("%04d", time.Now().UnixNano()%10000)
+	ns := "scandigest-" + id
+	scanNamespace(t, cs, ns, id)
+	bad, err := cs.CoreV1().Pods(ns).Create(ctx, scanPod("bad-1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := cs.CoreV1().Pods(ns).Create(ctx, scanPod("good-1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := startScan(t, &ReportsConfig{Delay: 50 * time.Millisecond})
+	name := "scan-digest-" + id
+	pol := scanPolicy(name, id, "bad", "bad pods are not allowed", nil)
+	t.Cleanup(func() { _ = kc.Delete(context.Background(), pol) })
+	apply(t, pol)
+	r := waitReport(t, ns, string(bad.UID), 30*time.Second, oneResult(name, "fail", "not allowed"))
+	g := waitReport(t, ns, string(good.UID), 30*time.Second, oneResult(name, "pass", ""))
+	for _, u := range []*unstructured.Unstructured{r, g} {
+		if d := u.GetAnnotations()[DigestAnnotation]; d != digestOf(canonical(u)) {
+			t.Errorf("report %s: digest %q, content %s", u.GetName(), d, digestOf(canonical(u)))
+		}
+	}
+	first.halt()
+	// One report loses its digest (as written by an older Arbiter).
+	ann := g.GetAnnotations()
+	delete(ann, DigestAnnotation)
+	g.SetAnnotations(ann)
+	if g, err = kc.Dynamic.Resource(polrGVR).Namespace(ns).Update(ctx, g, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new term: the report with its digest holds what it wants; the
+	// other is read and written once, with the digest and its result's
+	// timestamp.
+	f := startScan(t, &ReportsConfig{Delay: 50 * time.Millisecond})
+	eventually(t, "the report without a digest rewritten", func() bool { return f.src.ScanStats().Updated >= 1 })
+	eventually(t, "a full scan of the new term", func() bool { return f.src.ScanStats().FullScans > 1 })
+	time.Sleep(time.Second) // the scans of the pods' listing ran
+	if st := f.src.ScanStats(); st.Created+st.Deleted != 0 || st.Updated != 1 {
+		t.Errorf("the new term wrote reports: %+v", st)
+	}
+	if rv := getReport(t, ns, string(bad.UID)).GetResourceVersion(); rv != r.GetResourceVersion() {
+		t.Errorf("the report was written again (resourceVersion %s → %s)", r.GetResourceVersion(), rv)
+	}
+	cur := getReport(t, ns, string(good.UID))
+	if cur.GetAnnotations()[DigestAnnotation] != digestOf(canonical(cur)) || mustJSON(results(cur)[0]["timestamp"]) != mustJSON(results(g)[0]["timestamp"]) {
+		t.Errorf("the report without a digest, rewritten: %s", mustJSON(cur.Object))
+	}
+
+	// Someone else adds a label to one report and changes the other's
+	// results, leaving its annotations.
+	g = getReport(t, ns, string(good.UID))
+	g.SetLabels(map[string]string{ManagedByReportLabel: ManagedByReportValue, "team": "a"})
+	if g, err = kc.Dynamic.Resource(polrGVR).Namespace(ns).Update(ctx, g, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = getReport(t, ns, string(bad.UID))
+	results(r)[0]["message"] = "all is well"
+	results(r)[0]["result"] = "pass"
+	r.Object["summary"] = map[string]any{"pass": int64(1), "fail": int64(0), "warn": int64(0), "error": int64(0), "skip": int64(0)}
+	if _, err := kc.Dynamic.Resource(polrGVR).Namespace(ns).Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = waitReport(t, ns, string(bad.UID), 30*time.Second, oneResult(name, "fail", "not allowed"))
+	if d := r.GetAnnotations()[DigestAnnotation]; d != digestOf(canonical(r)) {
+		t.Errorf("repaired report: digest %q, content %s", d, digestOf(canonical(r)))
+	}
+	eventually(t, "the repair counted", func() bool { return f.src.ScanStats().Updated == 2 })
+	time.Sleep(time.Second) // the label's scan ran with the repair's
+	if cur := getReport(t, ns, string(good.UID)); cur.GetResourceVersion() != g.GetResourceVersion() || cur.GetLabels()["team"] != "a" {
+		t.Errorf("the report whose label changed was written again: %s", mustJSON(cur.Object["metadata"]))
+	}
+	if st := f.src.ScanStats(); st.Updated != 2 || st.Created != 0 || st.WriteErrors != 0 {
+		t.Errorf("stats %+v", st)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
+	"github.com/arbiter-pdp/arbiter/internal/lru"
 )
 
 // Options are a Fetcher's collaborators (what is not configuration).
@@ -51,8 +52,8 @@ type Fetcher struct {
 	remote   []remote.Option
 	log      *slog.Logger
 
-	content *lru[*content] // by repository@digest
-	tags    *lru[string]   // repository:tag → digest
+	content *lru.Cache[*content] // by repository@digest
+	tags    *lru.Cache[string]   // repository:tag → digest
 	group   singleflight.Group
 	now     func() time.Time
 
@@ -111,8 +112,8 @@ func New(cfg Config, opts Options) (*Fetcher, error) {
 			),
 		},
 		log:     log.With("component", "imagedata"),
-		content: newLRU[*content](cfg.CacheSize, time.Duration(cfg.CacheTTL)),
-		tags:    newLRU[string](cfg.CacheSize, time.Duration(cfg.TagTTL)),
+		content: lru.New[*content](cfg.CacheSize, time.Duration(cfg.CacheTTL)),
+		tags:    lru.New[string](cfg.CacheSize, time.Duration(cfg.TagTTL)),
 		now:     time.Now,
 	}, nil
 }
@@ -141,7 +142,7 @@ type Stats struct {
 func (f *Fetcher) Stats() Stats {
 	return Stats{
 		Hits: f.hits.Load(), Misses: f.misses.Load(), Fetches: f.fetches.Load(), Failures: f.failures.Load(),
-		Images: f.content.len(), Tags: f.tags.len(),
+		Images: f.content.Len(), Tags: f.tags.Len(),
 	}
 }
 
@@ -237,7 +238,7 @@ func (f *Fetcher) lookup(ctx context.Context, ref name.Reference) (*content, err
 	now := f.now()
 	if d, ok := ref.(name.Digest); ok {
 		key := repo + "@" + d.DigestStr()
-		if c, found, fresh := f.content.get(key, now); found && fresh {
+		if c, found, fresh := f.content.Get(key, now); found && fresh {
 			f.hits.Add(1)
 			return c, nil
 		}
@@ -247,9 +248,9 @@ func (f *Fetcher) lookup(ctx context.Context, ref name.Reference) (*content, err
 		})
 	}
 	tagKey := repo + ":" + ref.Identifier()
-	lastDigest, found, fresh := f.tags.get(tagKey, now)
+	lastDigest, found, fresh := f.tags.Get(tagKey, now)
 	if found && fresh {
-		if c, found, fresh := f.content.get(repo+"@"+lastDigest, now); found && fresh {
+		if c, found, fresh := f.content.Get(repo+"@"+lastDigest, now); found && fresh {
 			f.hits.Add(1)
 			return c, nil
 		}
@@ -260,8 +261,8 @@ func (f *Fetcher) lookup(ctx context.Context, ref name.Reference) (*content, err
 			// The tag was seen: a HEAD request tells whether it still
 			// names a digest whose content is cached.
 			if d, err := remote.Head(ref, f.options(ctx)...); err == nil {
-				if c, ok, fresh := f.content.get(repo+"@"+d.Digest.String(), f.now()); ok && fresh {
-					f.tags.put(tagKey, d.Digest.String(), f.now())
+				if c, ok, fresh := f.content.Get(repo+"@"+d.Digest.String(), f.now()); ok && fresh {
+					f.tags.Put(tagKey, d.Digest.String(), f.now())
 					f.log.Debug("image tag revalidated", "image", ref.String(), "digest", d.Digest.String())
 					return c, nil
 				}
@@ -271,7 +272,7 @@ func (f *Fetcher) lookup(ctx context.Context, ref name.Reference) (*content, err
 		if err != nil {
 			return nil, err
 		}
-		f.tags.put(tagKey, c.digest, f.now())
+		f.tags.Put(tagKey, c.digest, f.now())
 		return c, nil
 	})
 }
@@ -346,7 +347,7 @@ func (f *Fetcher) fetch(ctx context.Context, ref name.Reference) (*content, erro
 			return nil, err
 		}
 	}
-	f.content.put(ref.Context().Name()+"@"+c.digest, c, f.now())
+	f.content.Put(ref.Context().Name()+"@"+c.digest, c, f.now())
 	f.log.Debug("image data fetched", "image", ref.String(), "digest", c.digest,
 		"index", c.index != nil, "duration", f.now().Sub(start))
 	return c, nil

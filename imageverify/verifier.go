@@ -41,6 +41,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/imagedata"
+	"github.com/arbiter-pdp/arbiter/internal/lru"
 )
 
 // Options are a Verifier's collaborators (what is not configuration).
@@ -75,10 +76,10 @@ type Verifier struct {
 	trust    root.TrustedMaterial
 	log      *slog.Logger
 
-	tags     *lru[string]                    // repository:tag → digest
-	resolved *lru[*kyvernocel.VerifierImage] // image as written (and how reached) → image, for TagTTL
-	images   *lru[*imageHandle]              // repository@digest → content
-	verdicts *lru[kyvernocel.Verdict]
+	tags     *lru.Cache[string]                    // repository:tag → digest
+	resolved *lru.Cache[*kyvernocel.VerifierImage] // image as written (and how reached) → image, for TagTTL
+	images   *lru.Cache[*imageHandle]              // repository@digest → content
+	verdicts *lru.Cache[kyvernocel.Verdict]
 	group    singleflight.Group
 	stats    counters
 	now      func() time.Time
@@ -100,10 +101,10 @@ func New(cfg Config, opts Options) (*Verifier, error) {
 		secrets:  opts.SecretKeychain,
 		trust:    opts.TrustedMaterial,
 		log:      opts.Logger,
-		tags:     newLRU[string](cfg.CacheSize, time.Duration(cfg.TagTTL)),
-		resolved: newLRU[*kyvernocel.VerifierImage](cfg.CacheSize, time.Duration(cfg.TagTTL)),
-		images:   newLRU[*imageHandle](cfg.CacheSize, time.Duration(cfg.CacheTTL)),
-		verdicts: newLRU[kyvernocel.Verdict](cfg.CacheSize, time.Duration(cfg.CacheTTL)),
+		tags:     lru.New[string](cfg.CacheSize, time.Duration(cfg.TagTTL)),
+		resolved: lru.New[*kyvernocel.VerifierImage](cfg.CacheSize, time.Duration(cfg.TagTTL)),
+		images:   lru.New[*imageHandle](cfg.CacheSize, time.Duration(cfg.CacheTTL)),
+		verdicts: lru.New[kyvernocel.Verdict](cfg.CacheSize, time.Duration(cfg.CacheTTL)),
 		now:      time.Now,
 	}
 	if v.log == nil {
@@ -244,7 +245,7 @@ func (v *Verifier) Image(ctx context.Context, image string, opts kyvernocel.Imag
 		b, _ := json.Marshal(c)
 		key += "\x00" + opts.Namespace + "\x00" + string(b)
 	}
-	if img, found, fresh := v.resolved.get(key, v.now()); found && fresh {
+	if img, found, fresh := v.resolved.Get(key, v.now()); found && fresh {
 		v.stats.cacheHits.Add(1)
 		return img, nil
 	}
@@ -252,7 +253,7 @@ func (v *Verifier) Image(ctx context.Context, image string, opts kyvernocel.Imag
 	if err != nil {
 		return nil, err
 	}
-	v.resolved.put(key, img, v.now())
+	v.resolved.Put(key, img, v.now())
 	return img, nil
 }
 
@@ -308,13 +309,13 @@ func (v *Verifier) lookup(ctx context.Context, ref name.Reference, ropts []remot
 	repo := ref.Context()
 	now := v.now()
 	if d, ok := ref.(name.Digest); ok {
-		if h, found, fresh := v.images.get(repo.Name()+"@"+d.DigestStr(), now); found && fresh {
+		if h, found, fresh := v.images.Get(repo.Name()+"@"+d.DigestStr(), now); found && fresh {
 			v.stats.cacheHits.Add(1)
 			// repo@digest, without the tag of a tag@digest reference
 			return repo.Digest(d.DigestStr()), h, nil
 		}
-	} else if digest, found, fresh := v.tags.get(repo.Name()+":"+ref.Identifier(), now); found && fresh {
-		if h, found, fresh := v.images.get(repo.Name()+"@"+digest, now); found && fresh {
+	} else if digest, found, fresh := v.tags.Get(repo.Name()+":"+ref.Identifier(), now); found && fresh {
+		if h, found, fresh := v.images.Get(repo.Name()+"@"+digest, now); found && fresh {
 			v.stats.cacheHits.Add(1)
 			return repo.Digest(digest), h, nil
 		}
@@ -362,9 +363,9 @@ func (v *Verifier) fetch(ref name.Reference, ropts []remote.Option) (*imageHandl
 		}
 	}
 	now := v.now()
-	v.images.put(ref.Context().Name()+"@"+desc.Digest.String(), h, now)
+	v.images.Put(ref.Context().Name()+"@"+desc.Digest.String(), h, now)
 	if _, ok := ref.(name.Tag); ok {
-		v.tags.put(ref.Context().Name()+":"+ref.Identifier(), desc.Digest.String(), now)
+		v.tags.Put(ref.Context().Name()+":"+ref.Identifier(), desc.Digest.String(), now)
 	}
 	return h, nil
 }
@@ -503,7 +504,7 @@ func (v *Verifier) verify(ctx context.Context, img *kyvernocel.VerifierImage, wh
 		key = string(b)
 	}
 	cacheKey := ir.ref.String() + "\x00" + what + "\x00" + qualifier + "\x00" + key
-	if vd, found, fresh := v.verdicts.get(cacheKey, v.now()); found && fresh {
+	if vd, found, fresh := v.verdicts.Get(cacheKey, v.now()); found && fresh {
 		v.stats.cacheHits.Add(1)
 		return vd, nil
 	}
@@ -520,7 +521,7 @@ func (v *Verifier) verify(ctx context.Context, img *kyvernocel.VerifierImage, wh
 			return nil, err
 		}
 		if vd.Verified {
-			v.verdicts.put(cacheKey, vd, v.now())
+			v.verdicts.Put(cacheKey, vd, v.now())
 		} else {
 			v.stats.failures.Add(1)
 		}

@@ -413,40 +413,10 @@ func (c *Compiler) Compile(objs []*manifest.Object, opts Options) (*PolicySet, e
 	c.indexes = indexes
 	c.mu.Unlock()
 	ps.ivpol = ivpol.NewSet(ivpols, ibounds)
-	if !opts.KeepOrder {
-		sort.SliceStable(dpols, func(i, j int) bool {
-			a, b := dpols[i], dpols[j]
-			if a.Kind != b.Kind {
-				return a.Kind < b.Kind // DeletingPolicy before NamespacedDeletingPolicy
-			}
-			if a.Namespace != b.Namespace {
-				return a.Namespace < b.Namespace
-			}
-			return a.Name < b.Name
-		})
-	}
-	dbounds := make([]*exception.Bound, len(dpols))
-	for i, p := range dpols {
-		dbounds[i] = exception.Bind(byRef[exception.PolicyRef{Name: p.Name, Kind: p.Kind}], nil)
-	}
-	ps.dpol = dpol.NewSet(dpols, dbounds)
-	if !opts.KeepOrder {
-		sort.SliceStable(gpols, func(i, j int) bool {
-			a, b := gpols[i], gpols[j]
-			if a.Kind != b.Kind {
-				return a.Kind < b.Kind // GeneratingPolicy before NamespacedGeneratingPolicy
-			}
-			if a.Namespace != b.Namespace {
-				return a.Namespace < b.Namespace
-			}
-			return a.Name < b.Name
-		})
-	}
-	gbounds := make([]*exception.Bound, len(gpols))
-	for i, p := range gpols {
-		gbounds[i] = exception.Bind(byRef[exception.PolicyRef{Name: p.Name, Kind: p.Kind}], nil)
-	}
-	ps.gpol = gpol.NewSet(gpols, gbounds)
+	dpolID := func(p *dpol.Policy) (string, string, string) { return p.Kind, p.Namespace, p.Name }
+	ps.dpol = dpol.NewSet(dpols, orderAndBind(dpols, opts.KeepOrder, dpolID, byRef))
+	gpolID := func(p *gpol.Policy) (string, string, string) { return p.Kind, p.Namespace, p.Name }
+	ps.gpol = gpol.NewSet(gpols, orderAndBind(gpols, opts.KeepOrder, gpolID, byRef))
 	ps.vpol = vpol.NewSet(pols, bounds)
 	var mpolApplier mpol.Applier
 	if applier != nil {
@@ -488,6 +458,32 @@ func (c *Compiler) compileAuthz(objs []*manifest.Object) ([]*authz.Policy, manif
 		out = append(out, p)
 	}
 	return out, errs
+}
+
+// orderAndBind sorts the policies of a kind whose policies bind their
+// exceptions without an index (unless keepOrder) — by kind (the
+// cluster-wide kind sorts first), namespace and name — and returns each
+// one's bound exceptions.
+func orderAndBind[P any](pols []P, keepOrder bool, id func(P) (kind, namespace, name string), byRef map[exception.PolicyRef][]*exception.Exception) []*exception.Bound {
+	if !keepOrder {
+		sort.SliceStable(pols, func(i, j int) bool {
+			ak, an, aname := id(pols[i])
+			bk, bn, bname := id(pols[j])
+			if ak != bk {
+				return ak < bk
+			}
+			if an != bn {
+				return an < bn
+			}
+			return aname < bname
+		})
+	}
+	bounds := make([]*exception.Bound, len(pols))
+	for i, p := range pols {
+		kind, _, name := id(p)
+		bounds[i] = exception.Bind(byRef[exception.PolicyRef{Name: name, Kind: kind}], nil)
+	}
+	return bounds
 }
 
 // compileDeleting compiles the DeletingPolicies (cached by identity and

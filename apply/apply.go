@@ -144,15 +144,22 @@ func (f *finisher) finish(i int, oc *outcome) {
 }
 
 // finishReport finishes outcome i, answered by the server with its
-// PolicyReport (-o json): the report is written, re-indented as an array
-// element.
-func (f *finisher) finishReport(i int, oc *outcome, js []byte, sum *arbiterv1.ReportSummary) {
+// PolicyReport (-o json) and, when a mutation changed the resource, the
+// resource as it would be admitted: both are written, re-indented as array
+// elements.
+func (f *finisher) finishReport(i int, oc *outcome, js, admitted []byte, sum *arbiterv1.ReportSummary) {
 	oc.denied = !oc.decision.GetAllowed()
 	oc.anyFail = sum.GetFail()+sum.GetError() > 0
 	oc.anyWarn = sum.GetWarn() > 0
-	oc.applyPatch()
+	buf := f.json.buffer()
+	if admitted != nil {
+		oc.object = nil
+		buf = append(appendIndented(buf, admitted, "  "), ",\n  "...)
+	} else {
+		oc.applyPatch()
+		buf = oc.appendAdmitted(buf)
+	}
 	oc.decision, oc.candidate = nil, nil
-	buf := oc.appendAdmitted(f.json.buffer())
 	f.json.put(i, appendIndented(buf, js, "  "))
 }
 

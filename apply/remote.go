@@ -55,7 +55,8 @@ func decideRemote(ctx context.Context, addr string, opts []client.Option, in *re
 		refs[i] = res.object.Ref()
 		if fin.format == "json" || fin.format == "yaml" {
 			// The resource as it would be admitted is the server's patch
-			// applied to it.
+			// applied to it (-o json: the server sends it, unless it
+			// predates admitted_objects).
 			outcomes[i].object = res.request.GetObjectJson()
 		}
 	}
@@ -75,8 +76,11 @@ func decideRemote(ctx context.Context, addr string, opts []client.Option, in *re
 			if start == 0 {
 				msg.WhatIf = whatIf
 				// -o json: the server makes the reports (cheaper than
-				// sending every result to make them here).
+				// sending every result to make them here), and sends the
+				// mutated resources (cheaper than decoding them here again
+				// to apply a patch).
 				msg.PolicyReports = fin.json != nil
+				msg.AdmittedObjects = fin.json != nil
 			}
 			if err := stream.Send(msg); err != nil {
 				if errors.Is(err, io.EOF) {
@@ -141,7 +145,7 @@ func decideRemote(ctx context.Context, addr string, opts []client.Option, in *re
 			received++
 			prog.add(1)
 			if js := it.GetPolicyReportJson(); js != nil && fin.json != nil {
-				fin.finishReport(i, &outcomes[i], js, it.GetReportSummary())
+				fin.finishReport(i, &outcomes[i], js, it.GetAdmittedObjectJson(), it.GetReportSummary())
 				continue
 			}
 			if fin.json != nil {

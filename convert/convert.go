@@ -263,7 +263,11 @@ func fieldError(field, detail string) error { return &FieldError{Field: field, D
 
 // ResponseFromDecision converts an engine decision to a DecideResponse.
 func ResponseFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
-	resp := VerdictFromDecision(d)
+	return WithResults(VerdictFromDecision(d), d)
+}
+
+// WithResults sets resp's results to d's, and returns resp.
+func WithResults(resp *arbiterv1.DecideResponse, d *engine.Decision) *arbiterv1.DecideResponse {
 	resp.Results = make([]*arbiterv1.PolicyResult, len(d.Results))
 	for i := range d.Results {
 		r := &d.Results[i]
@@ -292,6 +296,18 @@ const PatchTypeJSONPatch = "JSONPatch"
 // VerdictFromDecision is the DecideResponse of a decision without its
 // results (with its patch).
 func VerdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
+	resp := VerdictWithoutPatch(d)
+	if ops := d.Patch(); len(ops) > 0 {
+		// Diff's values are JSON-shaped: they always marshal.
+		resp.Patch, _ = patch.Marshal(ops)
+		resp.PatchType = PatchTypeJSONPatch
+	}
+	return resp
+}
+
+// VerdictWithoutPatch is VerdictFromDecision without the patch, for an
+// answer that carries the admitted object instead.
+func VerdictWithoutPatch(d *engine.Decision) *arbiterv1.DecideResponse {
 	resp := &arbiterv1.DecideResponse{
 		Allowed:          d.Allowed,
 		Warnings:         d.Warnings,
@@ -300,11 +316,6 @@ func VerdictFromDecision(d *engine.Decision) *arbiterv1.DecideResponse {
 	if a := d.Authorization; a != nil {
 		resp.AuthorizationResponseJson = a.JSON
 		resp.AuthorizationPolicy = a.Policy
-	}
-	if ops := d.Patch(); len(ops) > 0 {
-		// Diff's values are JSON-shaped: they always marshal.
-		resp.Patch, _ = patch.Marshal(ops)
-		resp.PatchType = PatchTypeJSONPatch
 	}
 	if !d.Allowed {
 		code := d.Code

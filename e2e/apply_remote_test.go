@@ -110,9 +110,9 @@ func TestApplyAgainstServer(t *testing.T) {
 }
 
 // apply -o json|yaml with MutatingPolicies: each mutated resource, as it
-// would be admitted, comes before its PolicyReport — the server's patch
-// applied here with --server, the engine's result locally — and both
-// print the same, byte for byte.
+// would be admitted, comes before its PolicyReport — with --server the
+// server's admitted object (-o json) or its patch applied here (-o yaml),
+// locally the engine's result — and both print the same, byte for byte.
 func TestApplyMutatedAgainstServer(t *testing.T) {
 	policies, mutations := "../deploy/examples/pod-security", "../engine/testdata/bench/mutating"
 	primary := startPrimary(t, "--load", policies, "--load", mutations)

@@ -177,7 +177,9 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 		for _, f := range reinvoke {
 			f()
 		}
-		if obj := rq.Object(); !sameObject(obj, req.Object) {
+		// A mutation that wrote what was there already (an apply
+		// configuration the object satisfies) leaves it unchanged.
+		if obj := rq.Object(); !sameObject(obj, req.Object) && !patch.Equal(obj, req.Object) {
 			d.Mutated, d.original = obj, req.Object
 			mutated := *req
 			mutated.Object = obj

@@ -15,6 +15,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	"github.com/arbiter-pdp/arbiter/internal/parallel"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
 	"github.com/arbiter-pdp/arbiter/store"
@@ -38,8 +39,9 @@ func (s *Server) DecideBatch(ctx context.Context, in *arbiterv1.DecideBatchReque
 		return nil, toStatus(err)
 	}
 	resp := &arbiterv1.DecideBatchResponse{Revision: snap.Revision, Digest: snap.Digest, Items: make([]*arbiterv1.ItemResult, len(in.GetItems()))}
+	with := answerWith{reports: in.GetPolicyReports(), admitted: in.GetAdmittedObjects()}
 	parallel.For(len(in.GetItems()), func(i int) {
-		resp.Items[i] = s.decideItem(ctx, snap, cand, in.GetPolicyReports(), uint32(i), in.GetItems()[i])
+		resp.Items[i] = s.decideItem(ctx, snap, cand, with, uint32(i), in.GetItems()[i])
 	})
 	if cand != nil {
 		resp.WhatIf = whatif.Summarize(resp.Items)
@@ -55,17 +57,32 @@ var reportBuffers = sync.Pool{New: func() any {
 	return &b
 }}
 
-// recycleReport returns the report buffer of a sent item to reportBuffers.
+// recycleReport returns the report and admitted object buffers of a sent
+// item to reportBuffers.
 func recycleReport(it *arbiterv1.ItemResult) {
 	if b := it.GetPolicyReportJson(); b != nil {
 		it.PolicyReportJson = nil
 		reportBuffers.Put(&b)
 	}
+	if b := it.GetAdmittedObjectJson(); b != nil {
+		it.AdmittedObjectJson = nil
+		reportBuffers.Put(&b)
+	}
+}
+
+// answerWith is what a batch or stream asks its items to be answered with
+// besides their decisions.
+type answerWith struct {
+	// reports: each item's PolicyReport (the decision without results).
+	reports bool
+	// admitted: a mutated item's object as it would be admitted (the
+	// decision without a patch).
+	admitted bool
 }
 
 // decideItem decides one item against the snapshot (and the candidate set),
-// answering with its PolicyReport when reports is set.
-func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate, reports bool, index uint32, item *arbiterv1.BatchItem) *arbiterv1.ItemResult {
+// answering with what with asks for.
+func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate, with answerWith, index uint32, item *arbiterv1.BatchItem) *arbiterv1.ItemResult {
 	out := &arbiterv1.ItemResult{Index: index, Name: item.GetName()}
 	if item.GetRequest() == nil {
 		out.Error = &arbiterv1.ItemError{Code: int32(codes.InvalidArgument), Message: "request: required", Field: "request"}
@@ -92,11 +109,21 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 	opts.ImageVerifier = s.cfg.ImageVerifier
 	ctx, calls := s.collectCalls(ctx)
 	d := snap.Set.Evaluate(ctx, req, opts)
-	if reports && cand == nil {
-		// The report holds the results: the decision is only the verdict.
-		out.Decision = convert.VerdictFromDecision(d)
-	} else {
-		out.Decision = convert.ResponseFromDecision(d)
+	if with.admitted && d.Mutated != nil {
+		// Encoded from the engine's own object: JSON-shaped, it always
+		// encodes.
+		if js, err := jsonenc.AppendIndent((*reportBuffers.Get().(*[]byte))[:0], d.Mutated, "", "  "); err == nil {
+			out.AdmittedObjectJson = js
+		}
+	}
+	verdict := convert.VerdictFromDecision
+	if out.AdmittedObjectJson != nil {
+		verdict = convert.VerdictWithoutPatch
+	}
+	out.Decision = verdict(d)
+	if !with.reports || cand != nil {
+		// Without a report, the decision carries the results.
+		convert.WithResults(out.Decision, d)
 	}
 	out.Decision.DecisionId = newDecisionIDAt(start)
 	s.observeDecision(ctx, snap, req, d, out.Decision, start, reads, calls)
@@ -108,7 +135,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 		out.CandidateDecision = convert.ResponseFromDecision(cand.set.Evaluate(ctx, &cr, &copts))
 		out.Changed = whatif.Changed(out.Decision, out.CandidateDecision)
 	}
-	if reports {
+	if with.reports {
 		rep := reportOf(req, d)
 		out.PolicyReportJson = rep.AppendJSONCached((*reportBuffers.Get().(*[]byte))[:0], "", &snap.reports)
 		out.ReportSummary = &arbiterv1.ReportSummary{Pass: uint32(rep.Summary.Pass), Fail: uint32(rep.Summary.Fail),
@@ -204,7 +231,7 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	if err != nil {
 		return toStatus(err)
 	}
-	reports := first.GetPolicyReports()
+	with := answerWith{reports: first.GetPolicyReports(), admitted: first.GetAdmittedObjects()}
 	// Items go to the workers in chunks of up to streamChunk (of one
 	// message), each answered at once: fewer hand-offs between goroutines.
 	type slot struct {
@@ -225,7 +252,7 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 			if item == nil {
 				item = &arbiterv1.BatchItem{}
 			}
-			out[k] = s.decideItem(ctx, snap, cand, reports, j.index+uint32(k), item)
+			out[k] = s.decideItem(ctx, snap, cand, with, j.index+uint32(k), item)
 		}
 		j.done <- out
 	})

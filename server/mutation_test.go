@@ -1,8 +1,13 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -239,4 +244,110 @@ spec:
 	if resp := decide(r3); !resp.GetAllowed() || len(resp.GetPatch()) == 0 {
 		t.Fatalf("revision %d, expired exception: %v", r3, resp)
 	}
+}
+
+// TestAdmittedObjects: a batch or stream asking for admitted_objects gets,
+// for each item a mutation changed, the object the patch would give
+// (indented by two spaces) and no patch; an item left unchanged gets
+// neither; the verdicts and results are those of plain decisions.
+func TestAdmittedObjects(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	if _, err := ts.LoadObjects(ctx, readObjects(t, writeFixture(t, mutationFixture))); err != nil {
+		t.Fatal(err)
+	}
+	mutated := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"apps"},"spec":{"containers":[{"name":"app","image":"nginx"}]}}`)
+	unchanged := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"ok","namespace":"apps","labels":{"team":"platform"}}}`)
+	items := []*arbiterv1.BatchItem{
+		{Name: "mutated", Request: &arbiterv1.DecideRequest{ObjectJson: mutated}},
+		{Name: "unchanged", Request: &arbiterv1.DecideRequest{ObjectJson: unchanged}},
+		{Name: "validate only", Request: &arbiterv1.DecideRequest{ObjectJson: mutated, Stages: arbiterv1.Stages_STAGES_VALIDATE_ONLY}},
+	}
+	check := func(how string, got []*arbiterv1.ItemResult) {
+		t.Helper()
+		if len(got) != len(items) {
+			t.Fatalf("%s: %d items", how, len(got))
+		}
+		for i, it := range got {
+			plain, err := ts.c.Decide(ctx, items[i].GetRequest())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := it.GetDecision()
+			if d.GetAllowed() != plain.GetAllowed() || len(d.GetPatch()) != 0 || d.GetPatchType() != "" {
+				t.Errorf("%s: item %d: allowed %v (plain %v), patch %q", how, i, d.GetAllowed(), plain.GetAllowed(), d.GetPatch())
+			}
+			if got, want := len(d.GetResults())+len(it.GetPolicyReportJson()), len(plain.GetResults()); it.GetPolicyReportJson() == nil && got != want {
+				t.Errorf("%s: item %d: %d results, plain %d", how, i, got, want)
+			}
+			if len(plain.GetPatch()) == 0 {
+				if it.GetAdmittedObjectJson() != nil {
+					t.Errorf("%s: item %d: unchanged, but admitted object %s", how, i, it.GetAdmittedObjectJson())
+				}
+				continue
+			}
+			p, err := jsonpatch.DecodePatch(plain.GetPatch())
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := p.Apply(items[i].GetRequest().GetObjectJson())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wantIndented bytes.Buffer
+			if err := json.Indent(&wantIndented, want, "", "  "); err != nil {
+				t.Fatal(err)
+			}
+			if !jsonEqual(t, it.GetAdmittedObjectJson(), want) || !bytes.Contains(it.GetAdmittedObjectJson(), []byte("\n  \"kind\": \"Pod\"")) {
+				t.Errorf("%s: item %d: admitted object\n%s\nwant (the patch applied)\n%s", how, i, it.GetAdmittedObjectJson(), wantIndented.Bytes())
+			}
+		}
+		if got[0].GetAdmittedObjectJson() == nil {
+			t.Errorf("%s: the mutated item has no admitted object", how)
+		}
+	}
+	for _, reports := range []bool{false, true} {
+		batch, err := ts.c.Decision.DecideBatch(ctx, &arbiterv1.DecideBatchRequest{Items: items, AdmittedObjects: true, PolicyReports: reports})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("batch (reports %v)", reports), batch.GetItems())
+
+		stream, err := ts.c.Decision.DecideStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&arbiterv1.DecideStreamRequest{Items: items, AdmittedObjects: true, PolicyReports: reports}); err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var got []*arbiterv1.ItemResult
+		for {
+			m, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, m.GetItems()...)
+		}
+		check(fmt.Sprintf("stream (reports %v)", reports), got)
+	}
+}
+
+// jsonEqual says whether two JSON texts hold the same value.
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Errorf("%s: %v", a, err)
+		return false
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatal(err)
+	}
+	return reflect.DeepEqual(x, y)
 }

@@ -1283,8 +1283,12 @@ type DecideBatchRequest struct {
 	WhatIf      *WhatIf `protobuf:"bytes,3,opt,name=what_if,json=whatIf,proto3" json:"what_if,omitempty"`
 	// Answer each item with its PolicyReport (see ItemResult.policy_report_json).
 	PolicyReports bool `protobuf:"varint,4,opt,name=policy_reports,json=policyReports,proto3" json:"policy_reports,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Answer each item that a mutation changed with the object as it would be
+	// admitted (ItemResult.admitted_object_json) instead of a patch in its
+	// decision.
+	AdmittedObjects bool `protobuf:"varint,5,opt,name=admitted_objects,json=admittedObjects,proto3" json:"admitted_objects,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DecideBatchRequest) Reset() {
@@ -1341,6 +1345,13 @@ func (x *DecideBatchRequest) GetWhatIf() *WhatIf {
 func (x *DecideBatchRequest) GetPolicyReports() bool {
 	if x != nil {
 		return x.PolicyReports
+	}
+	return false
+}
+
+func (x *DecideBatchRequest) GetAdmittedObjects() bool {
+	if x != nil {
+		return x.AdmittedObjects
 	}
 	return false
 }
@@ -1430,8 +1441,14 @@ type ItemResult struct {
 	// decode.
 	PolicyReportJson []byte         `protobuf:"bytes,7,opt,name=policy_report_json,json=policyReportJson,proto3" json:"policy_report_json,omitempty"`
 	ReportSummary    *ReportSummary `protobuf:"bytes,8,opt,name=report_summary,json=reportSummary,proto3" json:"report_summary,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// With admitted_objects, when a mutation changed the item's object: that
+	// object as it would be admitted, as JSON indented by two spaces (as
+	// `arbiter apply -o json` writes it); decision.patch is then empty. For
+	// callers that keep or show the mutated manifests rather than patch them
+	// (the caller need not decode its object again to apply the patch).
+	AdmittedObjectJson []byte `protobuf:"bytes,9,opt,name=admitted_object_json,json=admittedObjectJson,proto3" json:"admitted_object_json,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ItemResult) Reset() {
@@ -1516,6 +1533,13 @@ func (x *ItemResult) GetPolicyReportJson() []byte {
 func (x *ItemResult) GetReportSummary() *ReportSummary {
 	if x != nil {
 		return x.ReportSummary
+	}
+	return nil
+}
+
+func (x *ItemResult) GetAdmittedObjectJson() []byte {
+	if x != nil {
+		return x.AdmittedObjectJson
 	}
 	return nil
 }
@@ -1755,9 +1779,12 @@ type DecideStreamRequest struct {
 	// first message uses items is answered in messages of several items too
 	// (DecideStreamResponse.items), each with as many as are decided in order
 	// when it is sent.
-	Items         []*BatchItem `protobuf:"bytes,5,rep,name=items,proto3" json:"items,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Items []*BatchItem `protobuf:"bytes,5,rep,name=items,proto3" json:"items,omitempty"`
+	// Answer each item that a mutation changed with the object as it would be
+	// admitted (see ItemResult.admitted_object_json), instead of a patch.
+	AdmittedObjects bool `protobuf:"varint,6,opt,name=admitted_objects,json=admittedObjects,proto3" json:"admitted_objects,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DecideStreamRequest) Reset() {
@@ -1823,6 +1850,13 @@ func (x *DecideStreamRequest) GetItems() []*BatchItem {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *DecideStreamRequest) GetAdmittedObjects() bool {
+	if x != nil {
+		return x.AdmittedObjects
+	}
+	return false
 }
 
 // DecideStreamResponse is the outcome of one item; the first response also
@@ -2015,16 +2049,17 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.arbiter.v1.DecideRequestR\arequest\"\\\n" +
 	"\x06WhatIf\x12!\n" +
 	"\fobjects_json\x18\x01 \x03(\fR\vobjectsJson\x12/\n" +
-	"\adeletes\x18\x02 \x03(\v2\x15.arbiter.v1.ObjectKeyR\adeletes\"\xb8\x01\n" +
+	"\adeletes\x18\x02 \x03(\v2\x15.arbiter.v1.ObjectKeyR\adeletes\"\xe3\x01\n" +
 	"\x12DecideBatchRequest\x12+\n" +
 	"\x05items\x18\x01 \x03(\v2\x15.arbiter.v1.BatchItemR\x05items\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
 	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\x12%\n" +
-	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\"O\n" +
+	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\x12)\n" +
+	"\x10admitted_objects\x18\x05 \x01(\bR\x0fadmittedObjects\"O\n" +
 	"\tItemError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\xf0\x02\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xa2\x03\n" +
 	"\n" +
 	"ItemResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
@@ -2034,7 +2069,8 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\x12candidate_decision\x18\x05 \x01(\v2\x1a.arbiter.v1.DecideResponseR\x11candidateDecision\x12\x18\n" +
 	"\achanged\x18\x06 \x01(\bR\achanged\x12,\n" +
 	"\x12policy_report_json\x18\a \x01(\fR\x10policyReportJson\x12@\n" +
-	"\x0ereport_summary\x18\b \x01(\v2\x19.arbiter.v1.ReportSummaryR\rreportSummary\"u\n" +
+	"\x0ereport_summary\x18\b \x01(\v2\x19.arbiter.v1.ReportSummaryR\rreportSummary\x120\n" +
+	"\x14admitted_object_json\x18\t \x01(\fR\x12admittedObjectJson\"u\n" +
 	"\rReportSummary\x12\x12\n" +
 	"\x04pass\x18\x01 \x01(\rR\x04pass\x12\x12\n" +
 	"\x04fail\x18\x02 \x01(\rR\x04fail\x12\x12\n" +
@@ -2050,13 +2086,14 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12,\n" +
 	"\x05items\x18\x03 \x03(\v2\x16.arbiter.v1.ItemResultR\x05items\x122\n" +
-	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\xe4\x01\n" +
+	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\x8f\x02\n" +
 	"\x13DecideStreamRequest\x12)\n" +
 	"\x04item\x18\x01 \x01(\v2\x15.arbiter.v1.BatchItemR\x04item\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
 	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\x12%\n" +
 	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\x12+\n" +
-	"\x05items\x18\x05 \x03(\v2\x15.arbiter.v1.BatchItemR\x05items\"\xd8\x01\n" +
+	"\x05items\x18\x05 \x03(\v2\x15.arbiter.v1.BatchItemR\x05items\x12)\n" +
+	"\x10admitted_objects\x18\x06 \x01(\bR\x0fadmittedObjects\"\xd8\x01\n" +
 	"\x14DecideStreamResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12*\n" +

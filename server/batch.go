@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -57,15 +58,16 @@ var reportBuffers = sync.Pool{New: func() any {
 	return &b
 }}
 
-// recycleReport returns the report and admitted object buffers of a sent
-// item to reportBuffers.
+// recycleReport returns the buffer of a sent item's admitted object and
+// report to reportBuffers (the report follows the admitted object in it).
 func recycleReport(it *arbiterv1.ItemResult) {
-	if b := it.GetPolicyReportJson(); b != nil {
-		it.PolicyReportJson = nil
-		reportBuffers.Put(&b)
+	b := it.GetAdmittedObjectJson()
+	if b == nil {
+		b = it.GetPolicyReportJson()
 	}
-	if b := it.GetAdmittedObjectJson(); b != nil {
-		it.AdmittedObjectJson = nil
+	it.AdmittedObjectJson, it.PolicyReportJson = nil, nil
+	if b != nil {
+		b = b[:0]
 		reportBuffers.Put(&b)
 	}
 }
@@ -109,11 +111,17 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 	opts.ImageVerifier = s.cfg.ImageVerifier
 	ctx, calls := s.collectCalls(ctx)
 	d := snap.Set.Evaluate(ctx, req, opts)
+	// One buffer holds the admitted object, then the report.
+	var buf []byte
+	if with.reports || with.admitted && d.Mutated != nil {
+		buf = (*reportBuffers.Get().(*[]byte))[:0]
+	}
 	if with.admitted && d.Mutated != nil {
 		// Encoded from the engine's own object: JSON-shaped, it always
-		// encodes.
-		if js, err := jsonenc.AppendIndent((*reportBuffers.Get().(*[]byte))[:0], d.Mutated, "", "  "); err == nil {
-			out.AdmittedObjectJson = js
+		// encodes. The slice keeps the buffer's capacity (recycleReport
+		// returns the buffer through it).
+		if js, err := jsonenc.AppendIndent(buf, d.Mutated, "", "  "); err == nil {
+			out.AdmittedObjectJson, buf = js, js[len(js):]
 		}
 	}
 	verdict := convert.VerdictFromDecision
@@ -137,7 +145,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 	}
 	if with.reports {
 		rep := reportOf(req, d)
-		out.PolicyReportJson = rep.AppendJSONCached((*reportBuffers.Get().(*[]byte))[:0], "", &snap.reports)
+		out.PolicyReportJson = rep.AppendJSONCached(buf, "", &snap.reports)
 		out.ReportSummary = &arbiterv1.ReportSummary{Pass: uint32(rep.Summary.Pass), Fail: uint32(rep.Summary.Fail),
 			Warn: uint32(rep.Summary.Warn), Error: uint32(rep.Summary.Error), Skip: uint32(rep.Summary.Skip)}
 		out.Decision.Results = nil
@@ -208,8 +216,11 @@ const maxStreamAnswers = 64
 // streamChunk is how many items of a message a worker decides at once.
 const streamChunk = 16
 
-// streamWindow is how many stream items may be in flight (decoded and
-// being decided) ahead of the one being sent.
+// streamWindow is how many stream items may be in flight (decoded, being
+// decided, or decided and not sent yet) ahead of the one being sent: enough
+// to keep every worker busy, and few enough that a stream of thousands of
+// manifests holds little memory (it was 256 chunks of up to 16 items; a
+// 10,000-manifest stream took the server's peak RSS to ~0.5 GB).
 const streamWindow = 256
 
 // DecideStream implements DecisionService.DecideStream. Items are decided
@@ -243,6 +254,10 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 		done  chan<- []*arbiterv1.ItemResult
 	}
 	slots := make(chan slot, streamWindow)
+	// window holds a token per item in flight: the reader takes a chunk's
+	// before it queues the chunk, the sender gives them back once the
+	// chunk's answers are sent.
+	window := semaphore.NewWeighted(streamWindow)
 	// A fixed pool of workers decides the items: long-lived goroutines keep
 	// the stacks CEL evaluation grows (a goroutine per item grew and copied
 	// its stack for every item).
@@ -280,6 +295,10 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 			for len(items) > 0 {
 				chunk := items[:min(len(items), streamChunk)]
 				items = items[len(chunk):]
+				if err := window.Acquire(ctx, int64(len(chunk))); err != nil {
+					recvErr <- ctx.Err()
+					return
+				}
 				sl := slot{done: make(chan []*arbiterv1.ItemResult, 1)}
 				select {
 				case slots <- sl:
@@ -348,6 +367,10 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
+		if resp.Item != nil {
+			window.Release(1)
+		}
+		window.Release(int64(len(resp.Items)))
 		for _, it := range append(resp.Items, resp.Item) {
 			if it == nil {
 				continue

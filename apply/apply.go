@@ -154,13 +154,29 @@ func (f *finisher) finishReport(i int, oc *outcome, js, admitted []byte, sum *ar
 	buf := f.json.buffer()
 	if admitted != nil {
 		oc.object = nil
-		buf = append(appendIndented(buf, admitted, "  "), ",\n  "...)
+		buf = append(appendElement(buf, admitted), ",\n  "...)
 	} else {
 		oc.applyPatch()
 		buf = oc.appendAdmitted(buf)
 	}
 	oc.decision, oc.candidate = nil, nil
-	f.json.put(i, appendIndented(buf, js, "  "))
+	f.json.put(i, appendElement(buf, js))
+}
+
+// elementPrefix starts each line but the first of an element of the -o
+// json array.
+const elementPrefix = "  "
+
+// appendElement appends the server's indented JSON as an element of the -o
+// json array: as it is when the server prefixed its lines (json_prefix),
+// re-indented when it did not (a server that predates json_prefix).
+func appendElement(dst, js []byte) []byte {
+	// The second line of an object holds a key one indent deep: prefix,
+	// two spaces, then a quote.
+	if i := bytes.IndexByte(js, '\n'); i < 0 || bytes.HasPrefix(js[i+1:], []byte(elementPrefix+"  ")) {
+		return append(dst, js...)
+	}
+	return appendIndented(dst, js, elementPrefix)
 }
 
 // applyPatch makes the admitted resource of a decision that mutated it

@@ -98,3 +98,21 @@ func TestJSONArrayWriterConcurrent(t *testing.T) {
 		t.Fatalf("output differs (%d bytes, want %d)", got.Len(), want.Len())
 	}
 }
+
+// TestAppendElement: the server's JSON goes into the -o json array as it
+// is when its lines carry the element prefix (json_prefix), re-indented
+// when they do not (a server that predates json_prefix), the same bytes
+// either way.
+func TestAppendElement(t *testing.T) {
+	want := "{\n    \"a\": [\n      1\n    ],\n    \"b\": {}\n  }"
+	for _, c := range []struct{ name, in, want string }{
+		{"prefixed by the server", want, want},
+		{"not prefixed", "{\n  \"a\": [\n    1\n  ],\n  \"b\": {}\n}", want},
+		{"one line", "{}", "{}"},
+		{"a string with an escaped line break", "{\n  \"a\": \"x\\ny\"\n}", "{\n    \"a\": \"x\\ny\"\n  }"},
+	} {
+		if got := string(appendElement([]byte("["), []byte(c.in))); got != "["+c.want {
+			t.Errorf("%s: got\n%s\nwant\n[%s", c.name, got, c.want)
+		}
+	}
+}

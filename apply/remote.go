@@ -81,6 +81,10 @@ func decideRemote(ctx context.Context, addr string, opts []client.Option, in *re
 				// to apply a patch).
 				msg.PolicyReports = fin.json != nil
 				msg.AdmittedObjects = fin.json != nil
+				if fin.json != nil {
+					// Indented as elements of the output's array.
+					msg.JsonPrefix = elementPrefix
+				}
 			}
 			if err := stream.Send(msg); err != nil {
 				if errors.Is(err, io.EOF) {

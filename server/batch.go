@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,8 +40,11 @@ func (s *Server) DecideBatch(ctx context.Context, in *arbiterv1.DecideBatchReque
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	with, err := answerWithOf(in.GetPolicyReports(), in.GetAdmittedObjects(), in.GetJsonPrefix())
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	resp := &arbiterv1.DecideBatchResponse{Revision: snap.Revision, Digest: snap.Digest, Items: make([]*arbiterv1.ItemResult, len(in.GetItems()))}
-	with := answerWith{reports: in.GetPolicyReports(), admitted: in.GetAdmittedObjects()}
 	parallel.For(len(in.GetItems()), func(i int) {
 		resp.Items[i] = s.decideItem(ctx, snap, cand, with, uint32(i), in.GetItems()[i])
 	})
@@ -80,6 +84,20 @@ type answerWith struct {
 	// admitted: a mutated item's object as it would be admitted (the
 	// decision without a patch).
 	admitted bool
+	// prefix starts each line but the first of the report's and the
+	// admitted object's JSON.
+	prefix string
+}
+
+// maxJSONPrefix bounds json_prefix.
+const maxJSONPrefix = 16
+
+// answerWithOf reads a batch's or stream's answer fields.
+func answerWithOf(reports, admitted bool, prefix string) (answerWith, error) {
+	if len(prefix) > maxJSONPrefix || strings.Trim(prefix, " \t") != "" {
+		return answerWith{}, &FieldError{Field: "json_prefix", Detail: fmt.Sprintf("%q: at most %d spaces or tabs", prefix, maxJSONPrefix)}
+	}
+	return answerWith{reports: reports, admitted: admitted, prefix: prefix}, nil
 }
 
 // decideItem decides one item against the snapshot (and the candidate set),
@@ -120,7 +138,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 		// Encoded from the engine's own object: JSON-shaped, it always
 		// encodes. The slice keeps the buffer's capacity (recycleReport
 		// returns the buffer through it).
-		if js, err := jsonenc.AppendIndent(buf, d.Mutated, "", "  "); err == nil {
+		if js, err := jsonenc.AppendIndent(buf, d.Mutated, with.prefix, "  "); err == nil {
 			out.AdmittedObjectJson, buf = js, js[len(js):]
 		}
 	}
@@ -145,7 +163,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 	}
 	if with.reports {
 		rep := reportOf(req, d)
-		out.PolicyReportJson = rep.AppendJSONCached(buf, "", &snap.reports)
+		out.PolicyReportJson = rep.AppendJSONCached(buf, with.prefix, &snap.reports)
 		out.ReportSummary = &arbiterv1.ReportSummary{Pass: uint32(rep.Summary.Pass), Fail: uint32(rep.Summary.Fail),
 			Warn: uint32(rep.Summary.Warn), Error: uint32(rep.Summary.Error), Skip: uint32(rep.Summary.Skip)}
 		out.Decision.Results = nil
@@ -242,7 +260,10 @@ func (s *Server) DecideStream(stream arbiterv1.DecisionService_DecideStreamServe
 	if err != nil {
 		return toStatus(err)
 	}
-	with := answerWith{reports: first.GetPolicyReports(), admitted: first.GetAdmittedObjects()}
+	with, err := answerWithOf(first.GetPolicyReports(), first.GetAdmittedObjects(), first.GetJsonPrefix())
+	if err != nil {
+		return toStatus(err)
+	}
 	// Items go to the workers in chunks of up to streamChunk (of one
 	// message), each answered at once: fewer hand-offs between goroutines.
 	type slot struct {

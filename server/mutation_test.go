@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -350,4 +352,62 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 		t.Fatal(err)
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// TestJSONPrefix: json_prefix starts every line but the first of the
+// report's and the admitted object's JSON, which are otherwise the bytes
+// given without it; a prefix of anything but spaces and tabs, or longer
+// than 16, is refused naming the field.
+func TestJSONPrefix(t *testing.T) {
+	ts := startServer(t, server.Config{})
+	ctx := context.Background()
+	if _, err := ts.LoadObjects(ctx, readObjects(t, writeFixture(t, mutationFixture))); err != nil {
+		t.Fatal(err)
+	}
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"apps"},"spec":{"containers":[{"name":"app","image":"nginx"}]}}`)
+	items := []*arbiterv1.BatchItem{{Name: "web", Request: &arbiterv1.DecideRequest{ObjectJson: pod}}}
+	decide := func(prefix string) (*arbiterv1.ItemResult, error) {
+		resp, err := ts.c.Decision.DecideBatch(ctx, &arbiterv1.DecideBatchRequest{Items: items, PolicyReports: true, AdmittedObjects: true, JsonPrefix: prefix})
+		if err != nil {
+			return nil, err
+		}
+		return resp.GetItems()[0], nil
+	}
+	plain, err := decide("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{"  ", "\t", "                "} {
+		got, err := decide(prefix)
+		if err != nil {
+			t.Fatalf("prefix %q: %v", prefix, err)
+		}
+		for _, c := range []struct{ name, got, plain string }{
+			{"report", string(got.GetPolicyReportJson()), string(plain.GetPolicyReportJson())},
+			{"admitted object", string(got.GetAdmittedObjectJson()), string(plain.GetAdmittedObjectJson())},
+		} {
+			if !strings.Contains(c.plain, "\n") {
+				t.Fatalf("%s: not indented: %s", c.name, c.plain)
+			}
+			if want := strings.ReplaceAll(c.plain, "\n", "\n"+prefix); c.got != want {
+				t.Errorf("prefix %q: %s\n%s\nwant\n%s", prefix, c.name, c.got, want)
+			}
+		}
+	}
+	for _, bad := range []string{"x", " \n", "                 "} {
+		_, err := decide(bad)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "json_prefix") {
+			t.Errorf("prefix %q: %v, want INVALID_ARGUMENT naming json_prefix", bad, err)
+		}
+		stream, err := ts.c.Decision.DecideStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&arbiterv1.DecideStreamRequest{Items: items, JsonPrefix: bad}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "json_prefix") {
+			t.Errorf("stream, prefix %q: %v, want INVALID_ARGUMENT naming json_prefix", bad, err)
+		}
+	}
 }

@@ -1287,8 +1287,13 @@ type DecideBatchRequest struct {
 	// admitted (ItemResult.admitted_object_json) instead of a patch in its
 	// decision.
 	AdmittedObjects bool `protobuf:"varint,5,opt,name=admitted_objects,json=admittedObjects,proto3" json:"admitted_objects,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The prefix of every line but the first of policy_report_json and
+	// admitted_object_json: up to 16 spaces or tabs (empty: none). With two
+	// spaces the JSON is ready to be an element of an array indented by two
+	// spaces, as `arbiter apply -o json` writes them.
+	JsonPrefix    string `protobuf:"bytes,6,opt,name=json_prefix,json=jsonPrefix,proto3" json:"json_prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideBatchRequest) Reset() {
@@ -1354,6 +1359,13 @@ func (x *DecideBatchRequest) GetAdmittedObjects() bool {
 		return x.AdmittedObjects
 	}
 	return false
+}
+
+func (x *DecideBatchRequest) GetJsonPrefix() string {
+	if x != nil {
+		return x.JsonPrefix
+	}
+	return ""
 }
 
 // ItemError is the error of one item.
@@ -1434,7 +1446,8 @@ type ItemResult struct {
 	Changed bool `protobuf:"varint,6,opt,name=changed,proto3" json:"changed,omitempty"`
 	// With policy_reports: the item's PolicyReport (wgpolicyk8s.io/v1alpha2,
 	// one result per policy result, as `arbiter apply -o json` writes it) as
-	// JSON indented by two spaces, and its result counts; decision then
+	// JSON indented by two spaces (each line after the first starting with
+	// json_prefix), and its result counts; decision then
 	// carries the verdict (allowed, status, warnings, audit annotations)
 	// without its results, which the report holds. For callers that keep or
 	// forward reports (GitOps checks), and the cheapest answer to encode and
@@ -1443,7 +1456,8 @@ type ItemResult struct {
 	ReportSummary    *ReportSummary `protobuf:"bytes,8,opt,name=report_summary,json=reportSummary,proto3" json:"report_summary,omitempty"`
 	// With admitted_objects, when a mutation changed the item's object: that
 	// object as it would be admitted, as JSON indented by two spaces (as
-	// `arbiter apply -o json` writes it); decision.patch is then empty. For
+	// `arbiter apply -o json` writes it; each line after the first starts
+	// with json_prefix); decision.patch is then empty. For
 	// callers that keep or show the mutated manifests rather than patch them
 	// (the caller need not decode its object again to apply the patch).
 	AdmittedObjectJson []byte `protobuf:"bytes,9,opt,name=admitted_object_json,json=admittedObjectJson,proto3" json:"admitted_object_json,omitempty"`
@@ -1783,8 +1797,11 @@ type DecideStreamRequest struct {
 	// Answer each item that a mutation changed with the object as it would be
 	// admitted (see ItemResult.admitted_object_json), instead of a patch.
 	AdmittedObjects bool `protobuf:"varint,6,opt,name=admitted_objects,json=admittedObjects,proto3" json:"admitted_objects,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The prefix of every line but the first of policy_report_json and
+	// admitted_object_json (see DecideBatchRequest.json_prefix).
+	JsonPrefix    string `protobuf:"bytes,7,opt,name=json_prefix,json=jsonPrefix,proto3" json:"json_prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideStreamRequest) Reset() {
@@ -1857,6 +1874,13 @@ func (x *DecideStreamRequest) GetAdmittedObjects() bool {
 		return x.AdmittedObjects
 	}
 	return false
+}
+
+func (x *DecideStreamRequest) GetJsonPrefix() string {
+	if x != nil {
+		return x.JsonPrefix
+	}
+	return ""
 }
 
 // DecideStreamResponse is the outcome of one item; the first response also
@@ -2049,13 +2073,15 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x19.arbiter.v1.DecideRequestR\arequest\"\\\n" +
 	"\x06WhatIf\x12!\n" +
 	"\fobjects_json\x18\x01 \x03(\fR\vobjectsJson\x12/\n" +
-	"\adeletes\x18\x02 \x03(\v2\x15.arbiter.v1.ObjectKeyR\adeletes\"\xe3\x01\n" +
+	"\adeletes\x18\x02 \x03(\v2\x15.arbiter.v1.ObjectKeyR\adeletes\"\x84\x02\n" +
 	"\x12DecideBatchRequest\x12+\n" +
 	"\x05items\x18\x01 \x03(\v2\x15.arbiter.v1.BatchItemR\x05items\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
 	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\x12%\n" +
 	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\x12)\n" +
-	"\x10admitted_objects\x18\x05 \x01(\bR\x0fadmittedObjects\"O\n" +
+	"\x10admitted_objects\x18\x05 \x01(\bR\x0fadmittedObjects\x12\x1f\n" +
+	"\vjson_prefix\x18\x06 \x01(\tR\n" +
+	"jsonPrefix\"O\n" +
 	"\tItemError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
@@ -2086,14 +2112,16 @@ const file_arbiter_v1_decision_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12,\n" +
 	"\x05items\x18\x03 \x03(\v2\x16.arbiter.v1.ItemResultR\x05items\x122\n" +
-	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\x8f\x02\n" +
+	"\awhat_if\x18\x04 \x01(\v2\x19.arbiter.v1.WhatIfSummaryR\x06whatIf\"\xb0\x02\n" +
 	"\x13DecideStreamRequest\x12)\n" +
 	"\x04item\x18\x01 \x01(\v2\x15.arbiter.v1.BatchItemR\x04item\x12!\n" +
 	"\fmin_revision\x18\x02 \x01(\x04R\vminRevision\x12+\n" +
 	"\awhat_if\x18\x03 \x01(\v2\x12.arbiter.v1.WhatIfR\x06whatIf\x12%\n" +
 	"\x0epolicy_reports\x18\x04 \x01(\bR\rpolicyReports\x12+\n" +
 	"\x05items\x18\x05 \x03(\v2\x15.arbiter.v1.BatchItemR\x05items\x12)\n" +
-	"\x10admitted_objects\x18\x06 \x01(\bR\x0fadmittedObjects\"\xd8\x01\n" +
+	"\x10admitted_objects\x18\x06 \x01(\bR\x0fadmittedObjects\x12\x1f\n" +
+	"\vjson_prefix\x18\a \x01(\tR\n" +
+	"jsonPrefix\"\xd8\x01\n" +
 	"\x14DecideStreamResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12*\n" +

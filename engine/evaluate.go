@@ -54,6 +54,11 @@ type EvalOptions struct {
 	// digest pinning fail, naming what is unavailable). The imageverify
 	// package implements it.
 	ImageVerifier kyvernocel.ImageVerifier
+	// Results, when its capacity holds the decision's results, is where
+	// they are written (from its start; what it holds is overwritten), so
+	// that a caller deciding many requests can recycle the results of a
+	// decision it is done with instead of allocating them again.
+	Results []outcome.Result
 }
 
 // Stages are the stages of the admission pipeline a decision runs.
@@ -165,7 +170,11 @@ func (ps *PolicySet) Evaluate(ctx context.Context, req *admission.Request, opts 
 		stages = opts.Stages
 	}
 	if n := ps.resultsHint(req, stages); n > 0 {
-		d.Results = make([]outcome.Result, 0, n)
+		if opts != nil && cap(opts.Results) >= n {
+			d.Results = opts.Results[:0]
+		} else {
+			d.Results = make([]outcome.Result, 0, n)
+		}
 	}
 	if stages != ValidateOnly && len(ps.mutators) > 0 && !req.Shape.Authorization() {
 		var reinvoke []func()

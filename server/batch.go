@@ -17,6 +17,7 @@ import (
 	"github.com/arbiter-pdp/arbiter/convert"
 	"github.com/arbiter-pdp/arbiter/engine"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
+	"github.com/arbiter-pdp/arbiter/engine/outcome"
 	"github.com/arbiter-pdp/arbiter/internal/jsonenc"
 	"github.com/arbiter-pdp/arbiter/internal/parallel"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -76,6 +77,25 @@ func recycleReport(it *arbiterv1.ItemResult) {
 	}
 }
 
+// resultBuffers recycles the results of batch and stream decisions.
+var resultBuffers = sync.Pool{New: func() any {
+	var r []outcome.Result
+	return &r
+}}
+
+// recycleResults returns a decision's results to resultBuffers, cleared
+// (what they point to is not kept alive).
+func recycleResults(d *engine.Decision) {
+	r := d.Results
+	d.Results = nil
+	if cap(r) == 0 || cap(r) > 1024 {
+		return
+	}
+	r = r[:0]
+	clear(r[:cap(r)])
+	resultBuffers.Put(&r)
+}
+
 // answerWith is what a batch or stream asks its items to be answered with
 // besides their decisions.
 type answerWith struct {
@@ -127,8 +147,12 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 	var reads *clusterdata.Reads
 	opts.Context, reads = snap.RecordedContext()
 	opts.ImageVerifier = s.cfg.ImageVerifier
+	// The results go in a recycled slice: nothing keeps them past this
+	// function (the answer, the report and the decision log copy them).
+	opts.Results = *resultBuffers.Get().(*[]outcome.Result)
 	ctx, calls := s.collectCalls(ctx)
 	d := snap.Set.Evaluate(ctx, req, opts)
+	defer recycleResults(d)
 	// One buffer holds the admitted object, then the report.
 	var buf []byte
 	if with.reports || with.admitted && d.Mutated != nil {
@@ -158,6 +182,7 @@ func (s *Server) decideItem(ctx context.Context, snap *Snapshot, cand *candidate
 		copts := *opts
 		c := *cand.libs
 		copts.Context = &c
+		copts.Results = nil
 		out.CandidateDecision = convert.ResponseFromDecision(cand.set.Evaluate(ctx, &cr, &copts))
 		out.Changed = whatif.Changed(out.Decision, out.CandidateDecision)
 	}

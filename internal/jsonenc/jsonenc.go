@@ -88,6 +88,12 @@ func AppendIndent(dst []byte, v any, prefix, indent string) ([]byte, error) {
 	return w.append(dst, v, 0)
 }
 
+// member is a key and value of an object.
+type member struct {
+	k string
+	v any
+}
+
 // indenter writes indented JSON; lines is a line break, the prefix and as
 // many indents as the deepest line written so far.
 type indenter struct {
@@ -111,21 +117,22 @@ func (w *indenter) append(dst []byte, v any, depth int) ([]byte, error) {
 		if len(t) == 0 {
 			return AppendValue(dst, v) // {} or null
 		}
-		var buf [16]string
-		keys := buf[:0]
-		for k := range t {
-			keys = append(keys, k)
+		// The members, sorted by key: read once (no second lookup per key).
+		var buf [16]member
+		members := buf[:0]
+		for k, v := range t {
+			members = append(members, member{k, v})
 		}
-		slices.Sort(keys)
+		slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.k, b.k) })
 		dst = append(dst, '{')
-		for i, k := range keys {
+		for i := range members {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
 			dst = w.newline(dst, depth+1)
-			dst = AppendString(dst, k, true)
+			dst = AppendString(dst, members[i].k, true)
 			dst = append(dst, ':', ' ')
-			if dst, err = w.append(dst, t[k], depth+1); err != nil {
+			if dst, err = w.append(dst, members[i].v, depth+1); err != nil {
 				return nil, err
 			}
 		}

@@ -175,6 +175,13 @@ func (r *triggerReads) set(path string, after func(n int, body []byte)) {
 	r.path, r.n, r.after = path, 0, after
 }
 
+// stop stops counting (count still says how many reads were counted).
+func (r *triggerReads) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.path, r.after = "", nil
+}
+
 func (r *triggerReads) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -275,7 +282,7 @@ func TestReadTrigger(t *testing.T) {
 				between(n, body)
 			}
 		})
-		defer reads.set("", nil)
+		defer reads.stop()
 		return m.readTrigger(ctx, req)
 	}
 

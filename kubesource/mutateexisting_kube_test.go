@@ -220,11 +220,13 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // holds it after the request. The Mutator's reads of the trigger are
 // counted and, between two of them, the test writes it, as the API server
 // does after the admission response: an update persisted after the first
-// read is read once persisted (new resourceVersion), and so is a creation
-// persisted after the first read; a no-op update (same content at the old
-// resourceVersion) is read once and not waited for; an update that never
-// lands is read as the old object, a creation that never lands as nothing,
-// once the wait is over.
+// read is read once persisted (new resourceVersion), and so are a creation
+// persisted after the first read and an update that changes nothing but
+// that the replica's mutations changed; a no-op update (the admitted
+// object is the stored one, at the old resourceVersion), and an update
+// the mutations reverted, are read once, not waited for; an update that
+// never lands is read as the old object, a creation that never lands as
+// nothing, once the wait is over.
 func TestReadTrigger(t *testing.T) {
 	needAPIServer(t)
 	reads := &triggerReads{}
@@ -260,7 +262,7 @@ func TestReadTrigger(t *testing.T) {
 
 	// Never persisted: the old object, after the wait.
 	reads.set(path+"t", nil)
-	got, err := m.readTrigger(ctx, request(admission.OpUpdate, changed.Object, cm.Object))
+	got, err := m.readTrigger(ctx, request(admission.OpUpdate, changed.Object, cm.Object), nil)
 	if err != nil || got.GetResourceVersion() != cm.GetResourceVersion() {
 		t.Fatalf("an update that never lands: %v %v", got, err)
 	}
@@ -269,7 +271,7 @@ func TestReadTrigger(t *testing.T) {
 	// when it should ends the call instead (its context is cancelled at
 	// the read after the one it should have stopped at).
 	m.cfg.TriggerWait = time.Hour
-	readUntil := func(req *admission.Request, name string, last int, between func(n int, body []byte)) (*unstructured.Unstructured, error) {
+	readUntil := func(req *admission.Request, admitted map[string]any, name string, last int, between func(n int, body []byte)) (*unstructured.Unstructured, error) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -283,12 +285,12 @@ func TestReadTrigger(t *testing.T) {
 			}
 		})
 		defer reads.stop()
-		return m.readTrigger(ctx, req)
+		return m.readTrigger(ctx, req, admitted)
 	}
 
 	// A no-op update (the stored object is at the old resourceVersion,
 	// with the content admitted): the stored object, read once.
-	got, err = readUntil(request(admission.OpUpdate, cm.Object, cm.Object), "t", 1, nil)
+	got, err = readUntil(request(admission.OpUpdate, cm.Object, cm.Object), nil, "t", 1, nil)
 	if err != nil || got.GetResourceVersion() != cm.GetResourceVersion() || string(got.GetUID()) != string(cm.GetUID()) {
 		t.Fatalf("a no-op update: read %v %v (after %d reads), want the stored object at resourceVersion %s", got, err, reads.count(), cm.GetResourceVersion())
 	}
@@ -296,7 +298,7 @@ func TestReadTrigger(t *testing.T) {
 	// An update persisted after the first read (which sees the old
 	// resourceVersion): the second read's object, the updated one.
 	var updated *unstructured.Unstructured
-	got, err = readUntil(request(admission.OpUpdate, changed.Object, cm.Object), "t", 2, func(n int, body []byte) {
+	got, err = readUntil(request(admission.OpUpdate, changed.Object, cm.Object), nil, "t", 2, func(n int, body []byte) {
 		if n != 1 {
 			return
 		}
@@ -316,11 +318,49 @@ func TestReadTrigger(t *testing.T) {
 			got, err, reads.count(), updated.GetResourceVersion())
 	}
 
+	// An update that changes nothing but that the replica's mutations
+	// changed (admitted: with a label), persisted after the first read:
+	// the second read's object, the mutated one (not the stored object
+	// the request's object equals).
+	stored := updated
+	admitted := stored.DeepCopy()
+	admitted.SetLabels(map[string]string{"mutated": "yes"})
+	var persisted *unstructured.Unstructured
+	got, err = readUntil(request(admission.OpUpdate, stored.Object, stored.Object), admitted.Object, "t", 2, func(n int, body []byte) {
+		if n != 1 {
+			return
+		}
+		if v := readVersion(body); v != stored.GetResourceVersion() {
+			t.Errorf("the first read saw resourceVersion %q, not the old %s", v, stored.GetResourceVersion())
+		}
+		var err error
+		if persisted, err = cms.Update(ctx, admitted, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("updating the trigger: %v", err)
+		}
+	})
+	if persisted == nil {
+		t.Fatalf("the trigger was not updated after the first read (%d reads): %v %v", reads.count(), got, err)
+	}
+	if err != nil || got.GetResourceVersion() != persisted.GetResourceVersion() || got.GetLabels()["mutated"] != "yes" {
+		t.Fatalf("a no-op update the mutations changed: read %v %v (after %d reads), want the mutated object at resourceVersion %s",
+			got, err, reads.count(), persisted.GetResourceVersion())
+	}
+
+	// An update that the replica's mutations reverted (admitted: the
+	// stored object), not persisted: the stored object, read once.
+	reverted := persisted.DeepCopy()
+	reverted.Object["data"] = map[string]any{"k": "3"}
+	got, err = readUntil(request(admission.OpUpdate, reverted.Object, persisted.Object), persisted.Object, "t", 1, nil)
+	if err != nil || got.GetResourceVersion() != persisted.GetResourceVersion() {
+		t.Fatalf("an update the mutations reverted: read %v %v (after %d reads), want the stored object at resourceVersion %s",
+			got, err, reads.count(), persisted.GetResourceVersion())
+	}
+
 	// A creation persisted after the first read (not found): the second
 	// read's object, the created one.
 	late := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "late", "namespace": ns}, "data": map[string]any{"k": "late"}}
 	var created *unstructured.Unstructured
-	got, err = readUntil(request(admission.OpCreate, late, nil), "late", 2, func(n int, body []byte) {
+	got, err = readUntil(request(admission.OpCreate, late, nil), nil, "late", 2, func(n int, body []byte) {
 		if n != 1 {
 			return
 		}
@@ -343,7 +383,7 @@ func TestReadTrigger(t *testing.T) {
 	// A creation never persisted: nothing, after the wait.
 	m.cfg.TriggerWait = 200 * time.Millisecond
 	absent := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "absent", "namespace": ns}}
-	if got, err := m.readTrigger(ctx, request(admission.OpCreate, absent, nil)); err != nil || got != nil {
+	if got, err := m.readTrigger(ctx, request(admission.OpCreate, absent, nil), nil); err != nil || got != nil {
 		t.Fatalf("a creation that never lands: %v %v", got, err)
 	}
 }

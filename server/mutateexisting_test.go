@@ -52,7 +52,7 @@ type recordingSink struct {
 	got [][]string
 }
 
-func (r *recordingSink) Trigger(req *admission.Request, policies []string, _ uint64) {
+func (r *recordingSink) Trigger(req *admission.Request, _ map[string]any, policies []string, _ uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got = append(r.got, append([]string{req.Operation + " " + req.Name}, policies...))

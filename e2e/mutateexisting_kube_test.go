@@ -96,7 +96,10 @@ spec:
 // a trigger created through the API server updates the targets, except a
 // target already compliant (not written: its resourceVersion stays) and
 // one the targetMatchConditions exclude; an updated trigger is read as
-// updated by the targetMatchConstraints expression.
+// updated by the targetMatchConstraints expression, although the primary's
+// first read of it comes before the update is persisted (a validating
+// webhook of the test holds the update until the primary read the
+// trigger, which the proxy between the primary and the API server sees).
 func TestMutateExistingThroughAPIServer(t *testing.T) {
 	api, kc := kubeEnv(t)
 	cs, err := kubernetes.NewForConfig(api.Config)

@@ -192,7 +192,10 @@ type Mutator struct {
 
 // trigger is one queued admission request and the policies it set off.
 type trigger struct {
-	req      *admission.Request
+	req *admission.Request
+	// admitted is the request's object as the replica's mutations left
+	// it (server.MutateExistingSink).
+	admitted map[string]any
 	policies []string
 	revision uint64
 }
@@ -237,14 +240,15 @@ func NewMutator[S MutatorSnapshot](src Config, cfg MutateExistingConfig, current
 }
 
 // Trigger queues an admission request that set off mutate-existing
-// policies (their keys); it never blocks: when the queue is full the
-// request is dropped, logged and counted.
-func (m *Mutator) Trigger(req *admission.Request, policies []string, revision uint64) {
+// policies (their keys), with its object as the replica's mutations left
+// it (admitted; nil: req.Object); it never blocks: when the queue is full
+// the request is dropped, logged and counted.
+func (m *Mutator) Trigger(req *admission.Request, admitted map[string]any, policies []string, revision uint64) {
 	if policies = m.notOwnWrite(req, policies); len(policies) == 0 {
 		return
 	}
 	select {
-	case m.queue <- trigger{req: req, policies: policies, revision: revision}:
+	case m.queue <- trigger{req: req, admitted: admitted, policies: policies, revision: revision}:
 		m.queued.Add(1)
 		m.cfg.Metrics.trigger("queued")
 		m.log.Debug("mutate-existing trigger queued", "policies", policies, "trigger", describe(req), "revision", revision)
@@ -324,7 +328,7 @@ func (m *Mutator) process(ctx context.Context, t trigger) {
 			continue
 		}
 		opts := &engine.EvalOptions{Context: snap.Context()}
-		targets, err := m.selectTargets(ctx, ps, p, t.req, opts)
+		targets, err := m.selectTargets(ctx, ps, p, t, opts)
 		if err != nil {
 			m.fail(p, "select", err, "trigger", describe(t.req))
 			continue
@@ -357,9 +361,9 @@ func (t mutateTarget) String() string {
 }
 
 // selectTargets lists a policy's targets (Kyverno's processor Process).
-func (m *Mutator) selectTargets(ctx context.Context, ps *engine.PolicySet, p *mpol.Policy, trig *admission.Request, opts *engine.EvalOptions) ([]mutateTarget, error) {
+func (m *Mutator) selectTargets(ctx context.Context, ps *engine.PolicySet, p *mpol.Policy, t trigger, opts *engine.EvalOptions) ([]mutateTarget, error) {
 	if p.HasTargetExpression() {
-		return m.expressionTargets(ctx, ps, p, trig, opts)
+		return m.expressionTargets(ctx, ps, p, t, opts)
 	}
 	mr := p.TargetConstraints()
 	if mr == nil {
@@ -451,10 +455,11 @@ func (m *Mutator) targetNamespaces(ctx context.Context, p *mpol.Policy, mr *admi
 
 // expressionTargets evaluates the policy's targetMatchConstraints
 // expression on the trigger as the API server holds it.
-func (m *Mutator) expressionTargets(ctx context.Context, ps *engine.PolicySet, p *mpol.Policy, trig *admission.Request, opts *engine.EvalOptions) ([]mutateTarget, error) {
+func (m *Mutator) expressionTargets(ctx context.Context, ps *engine.PolicySet, p *mpol.Policy, t trigger, opts *engine.EvalOptions) ([]mutateTarget, error) {
+	trig := t.req
 	req := *trig
 	if req.Operation != admission.OpDelete {
-		obj, err := m.readTrigger(ctx, trig)
+		obj, err := m.readTrigger(ctx, trig, t.admitted)
 		if err != nil {
 			return nil, err
 		}
@@ -488,8 +493,17 @@ func (m *Mutator) expressionTargets(ctx context.Context, ps *engine.PolicySet, p
 // it is not there yet, or, for an UPDATE, still at its old resourceVersion
 // (the API server persists it after the admission response): nil when a
 // created trigger never appears; the old object when an update never
-// lands (denied after the mutating webhook).
-func (m *Mutator) readTrigger(ctx context.Context, trig *admission.Request) (*unstructured.Unstructured, error) {
+// lands (denied after the mutating webhook). An UPDATE whose admitted
+// object (the request's object as the replica's mutations left it; nil:
+// the request's object) is what the API server holds at the old
+// resourceVersion is not persisted (it changes nothing): that object is
+// read at once. The request's object is not what is compared: the
+// replica's mutations may turn an update that changes nothing into one
+// that does, or the reverse.
+func (m *Mutator) readTrigger(ctx context.Context, trig *admission.Request, admitted map[string]any) (*unstructured.Unstructured, error) {
+	if admitted == nil {
+		admitted = trig.Object
+	}
 	gvr := trig.Resource
 	if gvr.Resource == "" {
 		gvr = admission.ResourceFor(trig.Kind)
@@ -504,7 +518,7 @@ func (m *Mutator) readTrigger(ctx context.Context, trig *admission.Request) (*un
 		obj, err := m.resource(gvr, trig.Namespace).Get(ctx, trig.Name, metav1.GetOptions{})
 		over := time.Now().After(deadline)
 		switch {
-		case err == nil && (oldVersion == "" || obj.GetResourceVersion() != oldVersion || over || sameStoredContent(obj.Object, trig.Object)):
+		case err == nil && (oldVersion == "" || obj.GetResourceVersion() != oldVersion || over || sameStoredContent(obj.Object, admitted)):
 			return obj, nil
 		case err != nil && !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading the trigger %s: %w", describe(trig), err)

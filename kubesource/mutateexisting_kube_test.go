@@ -7,8 +7,12 @@ package kubesource
 // set.
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	arbiterv1 "github.com/arbiter-pdp/arbiter/proto/arbiter/v1"
@@ -153,20 +158,90 @@ func TestMutatorUpdatesTargets(t *testing.T) {
 	}
 }
 
+// triggerReads wraps the Mutator's transport: it counts the GETs of one
+// object (path) and runs after(n) once the n-th one's response is read,
+// before readTrigger sees it, so that a test writes the object between
+// two reads of it, deterministically.
+type triggerReads struct {
+	path  string
+	mu    sync.Mutex
+	n     int
+	after func(n int, body []byte)
+}
+
+func (r *triggerReads) set(path string, after func(n int, body []byte)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.path, r.n, r.after = path, 0, after
+}
+
+// stop stops counting (count still says how many reads were counted).
+func (r *triggerReads) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.path, r.after = "", nil
+}
+
+func (r *triggerReads) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+func (r *triggerReads) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		r.mu.Lock()
+		match := req.Method == http.MethodGet && req.URL.Path == r.path
+		if match {
+			r.n++
+		}
+		n, after := r.n, r.after
+		r.mu.Unlock()
+		if !match || err != nil || after == nil {
+			return resp, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		after(n, body)
+		return resp, nil
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // TestReadTrigger: the expression's trigger is read as the API server
-// holds it after the request: an update once persisted (new
-// resourceVersion), a no-op update at once, an update that never lands
-// as the old object, a creation that never lands as nothing.
+// holds it after the request. The Mutator's reads of the trigger are
+// counted and, between two of them, the test writes it, as the API server
+// does after the admission response: an update persisted after the first
+// read is read once persisted (new resourceVersion), and so are a creation
+// persisted after the first read and an update that changes nothing but
+// that the replica's mutations changed; a no-op update (the admitted
+// object is the stored one, at the old resourceVersion), and an update
+// the mutations reverted, are read once, not waited for; an update that
+// never lands is read as the old object, a creation that never lands as
+// nothing, once the wait is over.
 func TestReadTrigger(t *testing.T) {
 	needAPIServer(t)
-	m, err := NewMutator(Config{Rest: apiserver.Config}, MutateExistingConfig{TriggerWait: 200 * time.Millisecond}, func() MutatorSnapshot { return nil })
+	reads := &triggerReads{}
+	rc := rest.CopyConfig(apiserver.Config)
+	rc.Wrap(reads.wrap)
+	m, err := NewMutator(Config{Rest: rc}, MutateExistingConfig{TriggerWait: 200 * time.Millisecond}, func() MutatorSnapshot { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns := unique("readtrigger")
 	apply(t, namespace(ns, nil))
 	t.Cleanup(func() { remove(t, namespace(ns, nil)) })
+	cms := kc.Dynamic.Resource(cmGVR).Namespace(ns)
 	cm := apply(t, map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "t", "namespace": ns}, "data": map[string]any{"k": "1"}})
+	path := "/api/v1/namespaces/" + ns + "/configmaps/"
 	request := func(op string, obj, old map[string]any) *admission.Request {
 		r := &admission.Request{Operation: op, Object: obj, OldObject: old}
 		r.Fill()
@@ -175,39 +250,140 @@ func TestReadTrigger(t *testing.T) {
 	changed := cm.DeepCopy()
 	changed.Object["data"] = map[string]any{"k": "2"}
 	ctx := context.Background()
+	// readVersion is the resourceVersion (or "" when absent) of a read's
+	// response body.
+	readVersion := func(body []byte) string {
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(body); err != nil {
+			return ""
+		}
+		return u.GetResourceVersion()
+	}
 
 	// Never persisted: the old object, after the wait.
-	got, err := m.readTrigger(ctx, request(admission.OpUpdate, changed.Object, cm.Object))
+	reads.set(path+"t", nil)
+	got, err := m.readTrigger(ctx, request(admission.OpUpdate, changed.Object, cm.Object), nil)
 	if err != nil || got.GetResourceVersion() != cm.GetResourceVersion() {
 		t.Fatalf("an update that never lands: %v %v", got, err)
 	}
-	// A no-op update: the stored object.
-	if got, err := m.readTrigger(ctx, request(admission.OpUpdate, cm.Object, cm.Object)); err != nil || got.GetResourceVersion() != cm.GetResourceVersion() {
-		t.Fatalf("a no-op update: %v %v", got, err)
+
+	// The other cases wait as long as it takes: a read that does not end
+	// when it should ends the call instead (its context is cancelled at
+	// the read after the one it should have stopped at).
+	m.cfg.TriggerWait = time.Hour
+	readUntil := func(req *admission.Request, admitted map[string]any, name string, last int, between func(n int, body []byte)) (*unstructured.Unstructured, error) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		reads.set(path+name, func(n int, body []byte) {
+			if n > last {
+				cancel()
+				return
+			}
+			if between != nil {
+				between(n, body)
+			}
+		})
+		defer reads.stop()
+		return m.readTrigger(ctx, req, admitted)
 	}
-	// Persisted while the trigger is read: the new version.
-	m.cfg.TriggerWait = 20 * time.Second
-	type result struct {
-		u   *unstructured.Unstructured
-		err error
+
+	// A no-op update (the stored object is at the old resourceVersion,
+	// with the content admitted): the stored object, read once.
+	got, err = readUntil(request(admission.OpUpdate, cm.Object, cm.Object), nil, "t", 1, nil)
+	if err != nil || got.GetResourceVersion() != cm.GetResourceVersion() || string(got.GetUID()) != string(cm.GetUID()) {
+		t.Fatalf("a no-op update: read %v %v (after %d reads), want the stored object at resourceVersion %s", got, err, reads.count(), cm.GetResourceVersion())
 	}
-	out := make(chan result, 1)
-	go func() {
-		u, err := m.readTrigger(ctx, request(admission.OpUpdate, changed.Object, cm.Object))
-		out <- result{u, err}
-	}()
-	updated, err := kc.Dynamic.Resource(cmGVR).Namespace(ns).Update(ctx, changed, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatal(err)
+
+	// An update persisted after the first read (which sees the old
+	// resourceVersion): the second read's object, the updated one.
+	var updated *unstructured.Unstructured
+	got, err = readUntil(request(admission.OpUpdate, changed.Object, cm.Object), nil, "t", 2, func(n int, body []byte) {
+		if n != 1 {
+			return
+		}
+		if v := readVersion(body); v != cm.GetResourceVersion() {
+			t.Errorf("the first read saw resourceVersion %q, not the old %s", v, cm.GetResourceVersion())
+		}
+		var err error
+		if updated, err = cms.Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("updating the trigger: %v", err)
+		}
+	})
+	if updated == nil {
+		t.Fatalf("the trigger was not updated after the first read (%d reads): %v %v", reads.count(), got, err)
 	}
-	r := <-out
-	if r.err != nil || r.u.GetResourceVersion() != updated.GetResourceVersion() {
-		t.Fatalf("an update persisted meanwhile: read %v %v, want resourceVersion %s", r.u, r.err, updated.GetResourceVersion())
+	if err != nil || got.GetResourceVersion() != updated.GetResourceVersion() {
+		t.Fatalf("an update persisted after the first read: read %v %v (after %d reads), want the updated object at resourceVersion %s",
+			got, err, reads.count(), updated.GetResourceVersion())
 	}
-	// A creation never persisted: nothing.
+
+	// An update that changes nothing but that the replica's mutations
+	// changed (admitted: with a label), persisted after the first read:
+	// the second read's object, the mutated one (not the stored object
+	// the request's object equals).
+	stored := updated
+	admitted := stored.DeepCopy()
+	admitted.SetLabels(map[string]string{"mutated": "yes"})
+	var persisted *unstructured.Unstructured
+	got, err = readUntil(request(admission.OpUpdate, stored.Object, stored.Object), admitted.Object, "t", 2, func(n int, body []byte) {
+		if n != 1 {
+			return
+		}
+		if v := readVersion(body); v != stored.GetResourceVersion() {
+			t.Errorf("the first read saw resourceVersion %q, not the old %s", v, stored.GetResourceVersion())
+		}
+		var err error
+		if persisted, err = cms.Update(ctx, admitted, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("updating the trigger: %v", err)
+		}
+	})
+	if persisted == nil {
+		t.Fatalf("the trigger was not updated after the first read (%d reads): %v %v", reads.count(), got, err)
+	}
+	if err != nil || got.GetResourceVersion() != persisted.GetResourceVersion() || got.GetLabels()["mutated"] != "yes" {
+		t.Fatalf("a no-op update the mutations changed: read %v %v (after %d reads), want the mutated object at resourceVersion %s",
+			got, err, reads.count(), persisted.GetResourceVersion())
+	}
+
+	// An update that the replica's mutations reverted (admitted: the
+	// stored object), not persisted: the stored object, read once.
+	reverted := persisted.DeepCopy()
+	reverted.Object["data"] = map[string]any{"k": "3"}
+	got, err = readUntil(request(admission.OpUpdate, reverted.Object, persisted.Object), persisted.Object, "t", 1, nil)
+	if err != nil || got.GetResourceVersion() != persisted.GetResourceVersion() {
+		t.Fatalf("an update the mutations reverted: read %v %v (after %d reads), want the stored object at resourceVersion %s",
+			got, err, reads.count(), persisted.GetResourceVersion())
+	}
+
+	// A creation persisted after the first read (not found): the second
+	// read's object, the created one.
+	late := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "late", "namespace": ns}, "data": map[string]any{"k": "late"}}
+	var created *unstructured.Unstructured
+	got, err = readUntil(request(admission.OpCreate, late, nil), nil, "late", 2, func(n int, body []byte) {
+		if n != 1 {
+			return
+		}
+		if v := readVersion(body); v != "" {
+			t.Errorf("the first read found the created trigger at resourceVersion %s", v)
+		}
+		var err error
+		if created, err = cms.Create(ctx, &unstructured.Unstructured{Object: late}, metav1.CreateOptions{}); err != nil {
+			t.Errorf("creating the trigger: %v", err)
+		}
+	})
+	if created == nil {
+		t.Fatalf("the trigger was not created after the first read (%d reads): %v %v", reads.count(), got, err)
+	}
+	if err != nil || got == nil || got.GetResourceVersion() != created.GetResourceVersion() {
+		t.Fatalf("a creation persisted after the first read: read %v %v (after %d reads), want the created object at resourceVersion %s",
+			got, err, reads.count(), created.GetResourceVersion())
+	}
+
+	// A creation never persisted: nothing, after the wait.
 	m.cfg.TriggerWait = 200 * time.Millisecond
 	absent := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "absent", "namespace": ns}}
-	if got, err := m.readTrigger(ctx, request(admission.OpCreate, absent, nil)); err != nil || got != nil {
+	if got, err := m.readTrigger(ctx, request(admission.OpCreate, absent, nil), nil); err != nil || got != nil {
 		t.Fatalf("a creation that never lands: %v %v", got, err)
 	}
 }

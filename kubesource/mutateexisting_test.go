@@ -73,7 +73,7 @@ func TestTriggerSkipsOwnWrites(t *testing.T) {
 		{"no options", admission.Request{Operation: admission.OpUpdate}, all},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m.Trigger(&tt.req, all, 1)
+			m.Trigger(&tt.req, nil, all, 1)
 			var got []string
 			select {
 			case tr := <-m.queue:
@@ -85,14 +85,14 @@ func TestTriggerSkipsOwnWrites(t *testing.T) {
 			}
 		})
 	}
-	m.Trigger(&admission.Request{Operation: admission.OpUpdate, Options: map[string]any{"fieldManager": "arbiter"}}, []string{"skips"}, 1)
+	m.Trigger(&admission.Request{Operation: admission.OpUpdate, Options: map[string]any{"fieldManager": "arbiter"}}, nil, []string{"skips"}, 1)
 	if len(m.queue) != 0 || m.Stats().Queued != 4 {
 		t.Errorf("an own update of a skipping policy was queued: %+v", m.Stats())
 	}
 	// A full queue drops the trigger, counted.
 	m.queue = make(chan trigger, 1)
-	m.Trigger(&admission.Request{Operation: admission.OpCreate}, all, 1)
-	m.Trigger(&admission.Request{Operation: admission.OpCreate}, all, 1)
+	m.Trigger(&admission.Request{Operation: admission.OpCreate}, nil, all, 1)
+	m.Trigger(&admission.Request{Operation: admission.OpCreate}, nil, all, 1)
 	if st := m.Stats(); st.Queued != 5 || st.Dropped != 1 || len(m.queue) != 1 {
 		t.Errorf("a full queue: %+v, %d queued", st, len(m.queue))
 	}

@@ -13,9 +13,13 @@ import (
 // with the keys of those policies and the revision that qualified them;
 // kubesource's Mutator, which updates their targets through the API
 // server, is one. Trigger is called after the decision is made and must
-// not block (a full queue drops the request, counted and logged).
+// not block (a full queue drops the request, counted and logged);
+// admitted is the request's object as the replica's mutations left it
+// (req.Object when they changed nothing, nil for a DELETE): what the API
+// server persists, unless other webhooks change it further. Neither is
+// modified.
 type MutateExistingSink interface {
-	Trigger(req *admission.Request, policies []string, revision uint64)
+	Trigger(req *admission.Request, admitted map[string]any, policies []string, revision uint64)
 }
 
 type sinkBox struct{ sink MutateExistingSink }
@@ -50,5 +54,9 @@ func (s *Server) triggerMutateExisting(ctx context.Context, snap *Snapshot, in *
 	for i, p := range pols {
 		keys[i] = p.Key()
 	}
-	box.sink.Trigger(req, keys, snap.Revision)
+	admitted := req.Object
+	if d.Mutated != nil {
+		admitted = d.Mutated
+	}
+	box.sink.Trigger(req, admitted, keys, snap.Revision)
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"reflect"
 	"strings"
 	"sync"
@@ -50,20 +51,83 @@ spec:
 type recordingSink struct {
 	mu  sync.Mutex
 	got [][]string
+	// objects and admitted are the triggers' request objects and
+	// admitted objects.
+	objects, admitted []map[string]any
 }
 
-func (r *recordingSink) Trigger(req *admission.Request, policies []string, _ uint64) {
+func (r *recordingSink) Trigger(req *admission.Request, admitted map[string]any, policies []string, _ uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got = append(r.got, append([]string{req.Operation + " " + req.Name}, policies...))
+	r.objects = append(r.objects, req.Object)
+	r.admitted = append(r.admitted, admitted)
 }
 
 func (r *recordingSink) take() [][]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.got
-	r.got = nil
+	r.got, r.objects, r.admitted = nil, nil, nil
 	return out
+}
+
+// TestDecideHandsOverTheAdmittedObject: the sink receives, with the
+// request, its object as the replica's mutations left it (what the API
+// server persists): the mutated object when they changed it, the
+// request's object when they did not.
+func TestDecideHandsOverTheAdmittedObject(t *testing.T) {
+	ts := startServer(t, server.Config{MutateExisting: true})
+	ctx := context.Background()
+	labelling := mutateExistingFixture + `---
+apiVersion: policies.kyverno.io/v1
+kind: MutatingPolicy
+metadata:
+  name: label-configmaps
+spec:
+  matchConstraints:
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  mutations:
+    - patchType: ApplyConfiguration
+      applyConfiguration:
+        expression: 'Object{metadata: Object.metadata{labels: {"admitted": "yes"}}}'
+`
+	if _, err := ts.LoadObjects(ctx, readObjects(t, writeFixture(t, labelling))); err != nil {
+		t.Fatal(err)
+	}
+	sink := &recordingSink{}
+	ts.SetMutateExisting(sink)
+	for _, tt := range []struct {
+		name, object string
+		wantLabels   map[string]any
+	}{
+		{"changed by the mutations", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"trigger","namespace":"apps"}}`, map[string]any{"admitted": "yes"}},
+		{"left as it is", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"trigger","namespace":"apps","labels":{"admitted":"yes"}}}`, map[string]any{"admitted": "yes"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := ts.c.Decide(ctx, &arbiterv1.DecideRequest{ObjectJson: []byte(tt.object), AdmissionWebhook: true, Stages: arbiterv1.Stages_STAGES_MUTATE_ONLY}); err != nil {
+				t.Fatal(err)
+			}
+			sink.mu.Lock()
+			objects, admitted := sink.objects, sink.admitted
+			sink.mu.Unlock()
+			if got := sink.take(); !reflect.DeepEqual(got, [][]string{{"CREATE trigger", "label-secrets"}}) {
+				t.Fatalf("triggers %v", got)
+			}
+			var want map[string]any
+			if err := json.Unmarshal([]byte(tt.object), &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(objects[0], want) {
+				t.Errorf("the request's object %v, want %v (as received)", objects[0], want)
+			}
+			want["metadata"].(map[string]any)["labels"] = tt.wantLabels
+			if !reflect.DeepEqual(admitted[0], want) {
+				t.Errorf("admitted %v, want %v", admitted[0], want)
+			}
+		})
+	}
 }
 
 // TestMutateExistingRefusedWithoutCluster: a replica without

@@ -141,3 +141,31 @@ func BenchmarkAppendValueThenIndent(b *testing.B) {
 		_ = json.Indent(&out, buf, "  ", "  ")
 	}
 }
+
+// FuzzAppendString compares AppendString with encoding/json, with and
+// without HTML escaping, on any string.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "plain ascii text of some length", "registry.example.com/web:1.2.3", "0123456\"89abcdef",
+		"0123456789\\bcdef", "abcdefg<ijklmnop", "abcdefgh>", "x&yyyyyyyyyyyyyy", "\x1fabcdefghijklmno", "abcdefgh\x7f\x80",
+		"日本語のテキストです", "\u2028abcdefgh\u2029", "\xff\xfeabcdefghijkl", "aaaaaaa\x00", " !#$%&'()*+,-./09:;=?@AZ[]^_`az{|}~"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendString([]byte("x"), s, true); string(got) != "x"+string(want) {
+			t.Fatalf("%q: got %s, want %s", s, got[1:], want)
+		}
+		var noHTML bytes.Buffer
+		enc := json.NewEncoder(&noHTML)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendString(nil, s, false); string(got) != strings.TrimSuffix(noHTML.String(), "\n") {
+			t.Fatalf("%q without HTML escaping: got %s, want %s", s, got, noHTML.String())
+		}
+	})
+}

@@ -52,8 +52,8 @@ func IsAuthorization(o *manifest.Object) bool {
 // compiler does: matchConditions (bool), variables (each typed for the
 // ones after it), validations (a CheckResponse of the mode, or null).
 func Compile(env *Env, o *manifest.Object) (*Policy, *manifest.LoadError) {
-	if !kyvernoapi.Versions[o.VersionOnly()] {
-		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of %s (supported: %s)", o.APIVersion, o.Kind, kyvernoapi.VersionsText)
+	if err := kyvernoapi.CheckVersion(o); err != nil {
+		return nil, err
 	}
 	var vp kyvernoapi.ValidatingPolicy
 	if err := manifest.DecodeStrict(o, &vp); err != nil {

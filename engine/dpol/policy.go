@@ -17,14 +17,6 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
 )
 
-// Versions served by Kyverno 1.19's CRDs: DeletingPolicy has v1alpha1
-// (deprecated), v1beta1 (stored) and v1; NamespacedDeletingPolicy has
-// v1beta1 and v1.
-var (
-	clusterVersions    = map[string]bool{"v1alpha1": true, "v1beta1": true, "v1": true}
-	namespacedVersions = map[string]bool{"v1beta1": true, "v1": true}
-)
-
 // IsKind says whether kind is DeletingPolicy or NamespacedDeletingPolicy.
 func IsKind(kind string) bool {
 	return kind == kyvernoapi.KindDeletingPolicy || kind == kyvernoapi.KindNamespacedDeletingPolicy
@@ -76,12 +68,8 @@ func (p *Policy) PropagationPolicy() *metav1.DeletionPropagation {
 // NamespacedDeletingPolicy object. The messages are those of Kyverno's
 // validation (pkg/cel/policies/dpol/validate.go) and of the CRDs' schema.
 func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError) {
-	versions, supported := clusterVersions, "v1alpha1, v1beta1, v1"
-	if o.Kind == kyvernoapi.KindNamespacedDeletingPolicy {
-		versions, supported = namespacedVersions, "v1beta1, v1"
-	}
-	if !versions[o.VersionOnly()] {
-		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of %s (supported: %s)", o.APIVersion, o.Kind, supported)
+	if err := kyvernoapi.CheckVersion(o); err != nil {
+		return nil, err
 	}
 	if _, ok := o.Content["spec"].(map[string]any); !ok {
 		return nil, manifest.Errorf(o, "spec", "Required value: spec must not be nil")

@@ -94,8 +94,8 @@ func (e *Exception) References(kind, name string) bool {
 // controls are compiled in the environment of each flavour of policy its
 // policyRefs name (cluster-wide or namespaced kinds).
 func Compile(env *celenv.Env, o *manifest.Object) (*Exception, *manifest.LoadError) {
-	if !kyvernoapi.Versions[o.VersionOnly()] {
-		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of PolicyException (supported: %s)", o.APIVersion, kyvernoapi.VersionsText)
+	if err := kyvernoapi.CheckVersion(o); err != nil {
+		return nil, err
 	}
 	var pe PolicyException
 	if err := manifest.DecodeStrict(o, &pe); err != nil {

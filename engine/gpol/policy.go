@@ -9,16 +9,9 @@ import (
 	"github.com/arbiter-pdp/arbiter/engine/admission"
 	"github.com/arbiter-pdp/arbiter/engine/celenv"
 	"github.com/arbiter-pdp/arbiter/engine/celeval"
+	"github.com/arbiter-pdp/arbiter/engine/kyvernoapi"
 	"github.com/arbiter-pdp/arbiter/engine/kyvernocel"
 	"github.com/arbiter-pdp/arbiter/engine/manifest"
-)
-
-// Versions served by Kyverno 1.19's CRDs: GeneratingPolicy has v1alpha1,
-// v1beta1 (stored) and v1; NamespacedGeneratingPolicy has v1beta1
-// (stored) and v1.
-var (
-	clusterVersions    = map[string]bool{"v1alpha1": true, "v1beta1": true, "v1": true}
-	namespacedVersions = map[string]bool{"v1beta1": true, "v1": true}
 )
 
 // Policy is a compiled GeneratingPolicy or NamespacedGeneratingPolicy. It
@@ -75,12 +68,8 @@ func (p *Policy) Resources() []string { return p.match.Resources(map[string]bool
 // NamespacedGeneratingPolicy object, as Kyverno's validation does
 // (pkg/cel/policies/gpol/validate.go and its compiler).
 func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError) {
-	versions, supported := clusterVersions, "v1alpha1, v1beta1, v1"
-	if o.Kind == KindNamespacedGeneratingPolicy {
-		versions, supported = namespacedVersions, "v1beta1, v1"
-	}
-	if !versions[o.VersionOnly()] {
-		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of %s (supported: %s)", o.APIVersion, o.Kind, supported)
+	if err := kyvernoapi.CheckVersion(o); err != nil {
+		return nil, err
 	}
 	if _, ok := o.Content["spec"].(map[string]any); !ok {
 		return nil, manifest.Errorf(o, "spec", "Required value: spec must not be nil")

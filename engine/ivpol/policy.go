@@ -165,13 +165,8 @@ type attestorExpr struct {
 // Compile loads and compiles one ImageValidatingPolicy or
 // NamespacedImageValidatingPolicy object.
 func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError) {
-	version := o.VersionOnly()
-	if !kyvernoapi.Versions[version] || (o.Kind == kyvernoapi.KindNamespacedImageValidatingPolicy && version == "v1alpha1") {
-		supported := kyvernoapi.VersionsText
-		if o.Kind == kyvernoapi.KindNamespacedImageValidatingPolicy {
-			supported = "v1beta1, v1"
-		}
-		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of %s (supported: %s)", o.APIVersion, o.Kind, supported)
+	if err := kyvernoapi.CheckVersion(o); err != nil {
+		return nil, err
 	}
 	var ip ImageValidatingPolicy
 	if err := manifest.DecodeStrict(o, &ip); err != nil {

@@ -120,8 +120,8 @@ var (
 
 // Compile loads and compiles one MutatingPolicy or NamespacedMutatingPolicy.
 func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError) {
-	if !kyvernoapi.Versions[o.VersionOnly()] {
-		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of %s (supported: %s)", o.APIVersion, o.Kind, kyvernoapi.VersionsText)
+	if err := kyvernoapi.CheckVersion(o); err != nil {
+		return nil, err
 	}
 	var mp MutatingPolicy
 	if err := manifest.DecodeStrict(o, &mp); err != nil {

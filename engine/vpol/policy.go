@@ -96,8 +96,8 @@ type auditAnnotation struct {
 // Compile loads and compiles one ValidatingPolicy or
 // NamespacedValidatingPolicy object.
 func Compile(env *celenv.Env, o *manifest.Object) (*Policy, *manifest.LoadError) {
-	if !kyvernoapi.Versions[o.VersionOnly()] {
-		return nil, manifest.Errorf(o, "apiVersion", "unsupported version %q of %s (supported: %s)", o.APIVersion, o.Kind, kyvernoapi.VersionsText)
+	if err := kyvernoapi.CheckVersion(o); err != nil {
+		return nil, err
 	}
 	var vp ValidatingPolicy
 	if err := manifest.DecodeStrict(o, &vp); err != nil {

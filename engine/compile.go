@@ -489,46 +489,43 @@ func orderAndBind[P any](pols []P, keepOrder bool, id func(P) (kind, namespace, 
 // compileDeleting compiles the DeletingPolicies (cached by identity and
 // version), in the order given.
 func (c *Compiler) compileDeleting(objs []*manifest.Object, opts Options) ([]*dpol.Policy, manifest.LoadErrors) {
-	var out []*dpol.Policy
-	var errs manifest.LoadErrors
-	compile := func(o *manifest.Object) (*dpol.Policy, *manifest.LoadError) { return dpol.Compile(c.env, o) }
-	for _, o := range objs {
-		p, lerr := compileCached(c, c.dpol, o, compile)
-		if lerr != nil {
-			errs = append(errs, lerr)
-			continue
-		}
-		if opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP() {
-			errs = append(errs, manifest.Errorf(o, "spec", "Forbidden: %s", kyvernocel.HTTPNotAllowedValidationMessage))
-			continue
-		}
-		out = append(out, p)
-	}
-	return out, errs
+	return compileSingle(c, c.dpol, objs, opts, func(o *manifest.Object) (*dpol.Policy, *manifest.LoadError) { return dpol.Compile(c.env, o) }, nil)
 }
 
 // compileGenerating compiles the GeneratingPolicies (cached by identity
 // and version), in the order given; without opts.Generating each is
 // refused.
 func (c *Compiler) compileGenerating(objs []*manifest.Object, opts Options) ([]*gpol.Policy, manifest.LoadErrors) {
-	var out []*gpol.Policy
+	var refuse func(*manifest.Object) *manifest.LoadError
+	if !opts.Generating {
+		refuse = generatingRefused
+	}
+	return compileSingle(c, c.gpol, objs, opts, func(o *manifest.Object) (*gpol.Policy, *manifest.LoadError) { return gpol.Compile(c.env, o) }, refuse)
+}
+
+// compileSingle compiles the objects of a kind whose policies are
+// evaluated one at a time (cached by identity and version), in the order
+// given: a namespaced policy that calls http.* is refused under
+// opts.RefuseNamespacedHTTP, and every policy that compiles is refused
+// with refuse's error when refuse is set.
+func compileSingle[P interface {
+	Namespaced() bool
+	UsesHTTP() bool
+}](c *Compiler, cache map[string]cached[P], objs []*manifest.Object, opts Options, compile func(*manifest.Object) (P, *manifest.LoadError), refuse func(*manifest.Object) *manifest.LoadError) ([]P, manifest.LoadErrors) {
+	var out []P
 	var errs manifest.LoadErrors
-	compile := func(o *manifest.Object) (*gpol.Policy, *manifest.LoadError) { return gpol.Compile(c.env, o) }
 	for _, o := range objs {
-		p, lerr := compileCached(c, c.gpol, o, compile)
-		if lerr != nil {
+		p, lerr := compileCached(c, cache, o, compile)
+		switch {
+		case lerr != nil:
 			errs = append(errs, lerr)
-			continue
-		}
-		if opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP() {
+		case opts.RefuseNamespacedHTTP && p.Namespaced() && p.UsesHTTP():
 			errs = append(errs, manifest.Errorf(o, "spec", "Forbidden: %s", kyvernocel.HTTPNotAllowedValidationMessage))
-			continue
+		case refuse != nil:
+			errs = append(errs, refuse(o))
+		default:
+			out = append(out, p)
 		}
-		if !opts.Generating {
-			errs = append(errs, generatingRefused(o))
-			continue
-		}
-		out = append(out, p)
 	}
 	return out, errs
 }
